@@ -1,0 +1,55 @@
+# Convenience wrapper around the CMake presets (see CMakePresets.json).
+#   make demo   - release build, run the quickstart example
+#   make test   - debug build + full ctest run
+#   make asan   - AddressSanitizer/UBSan build + ctest
+#   make tsan   - ThreadSanitizer build + ctest
+#   make cuda   - CUDA/NCCL backend build + ctest (GPU tests skip without a GPU)
+#   make bench  - release build, run every benchmark
+#   make clean  - remove build/
+
+JOBS ?= 2
+
+.PHONY: all deps demo test asan tsan cuda bench clean
+
+all: test
+
+deps:
+	bash scripts/install-deps.sh
+
+demo: deps
+	cmake --preset release
+	cmake --build --preset release -j$(JOBS)
+	./build/release/quickstart
+
+test: deps
+	cmake --preset debug
+	cmake --build --preset debug -j$(JOBS)
+	ctest --preset debug
+
+asan: deps
+	cmake --preset asan
+	cmake --build --preset asan -j$(JOBS)
+	ctest --preset asan
+
+tsan: deps
+	cmake --preset tsan
+	cmake --build --preset tsan -j$(JOBS)
+	ctest --preset tsan
+
+cuda: deps
+	cmake --preset cuda
+	cmake --build --preset cuda -j$(JOBS)
+	ctest --preset cuda
+
+bench: deps
+	cmake --preset release
+	cmake --build --preset release -j$(JOBS)
+	@set -e; found=0; \
+	for b in build/release/bench/*; do \
+	  [ -f "$$b" ] && [ -x "$$b" ] || continue; \
+	  found=1; echo "==> $$b"; "$$b"; \
+	done; \
+	if [ "$$found" = 0 ]; then echo "no benchmarks built (is libbenchmark-dev installed?)" >&2; exit 1; fi
+
+clean:
+	rm -rf build

@@ -1,0 +1,83 @@
+# Builds and runs tests/consumer against mirrored in one of three ways.
+#
+#   cmake -DMODE=find_package|add_subdirectory|fetchcontent
+#         -DCONSUMER_SOURCE_DIR=<mirrored>/tests/consumer
+#         -DWORK_DIR=<scratch dir, distinct per mode>
+#         -DMIRRORED_SOURCE_DIR=<mirrored source tree>
+#         -DMIRRORED_BINARY_DIR=<mirrored build tree>   (find_package: installed from here)
+#         [-DCONFIG=<build type>] [-DGENERATOR=<generator>] [-DMAKE_PROGRAM=<path>]
+#         [-DCXX_COMPILER=<path>] [-DEigen3_DIR=<dir>] [-DCUDA_ROOT=<dir>]
+#         -P run_consumer.cmake
+
+foreach(var MODE CONSUMER_SOURCE_DIR WORK_DIR MIRRORED_SOURCE_DIR)
+  if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
+    message(FATAL_ERROR "run_consumer.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+if(NOT MODE MATCHES "^(find_package|add_subdirectory|fetchcontent)$")
+  message(FATAL_ERROR "run_consumer.cmake: unknown MODE '${MODE}'")
+endif()
+
+function(run_step what)
+  message(STATUS "[consumer.${MODE}] ${what}: ${ARGN}")
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "[consumer.${MODE}] ${what} failed (${rc})")
+  endif()
+endfunction()
+
+set(build_dir "${WORK_DIR}/build")
+set(prefix_dir "${WORK_DIR}/prefix")
+
+set(config_args "")
+if(DEFINED CONFIG AND NOT CONFIG STREQUAL "")
+  set(config_args --config "${CONFIG}")
+endif()
+
+set(configure_args
+  -S "${CONSUMER_SOURCE_DIR}"
+  -B "${build_dir}"
+  "-DMIRRORED_CONSUMER_MODE=${MODE}")
+if(DEFINED GENERATOR AND NOT GENERATOR STREQUAL "")
+  list(APPEND configure_args -G "${GENERATOR}")
+endif()
+if(DEFINED MAKE_PROGRAM AND NOT MAKE_PROGRAM STREQUAL "")
+  list(APPEND configure_args "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}")
+endif()
+if(DEFINED CXX_COMPILER AND NOT CXX_COMPILER STREQUAL "")
+  list(APPEND configure_args "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}")
+endif()
+if(DEFINED CONFIG AND NOT CONFIG STREQUAL "")
+  list(APPEND configure_args "-DCMAKE_BUILD_TYPE=${CONFIG}")
+endif()
+if(DEFINED Eigen3_DIR AND NOT Eigen3_DIR STREQUAL "" AND NOT Eigen3_DIR MATCHES "NOTFOUND$")
+  list(APPEND configure_args "-DEigen3_DIR=${Eigen3_DIR}")
+endif()
+
+if(MODE STREQUAL "find_package")
+  if(NOT DEFINED MIRRORED_BINARY_DIR OR MIRRORED_BINARY_DIR STREQUAL "")
+    message(FATAL_ERROR "run_consumer.cmake: MODE=find_package needs -DMIRRORED_BINARY_DIR=...")
+  endif()
+  # Fresh prefix every time so stale headers/targets cannot hide problems.
+  file(REMOVE_RECURSE "${prefix_dir}")
+  run_step("install" "${CMAKE_COMMAND}" --install "${MIRRORED_BINARY_DIR}"
+    --prefix "${prefix_dir}" ${config_args})
+  list(APPEND configure_args "-DCMAKE_PREFIX_PATH=${prefix_dir}")
+  if(DEFINED CUDA_ROOT AND NOT CUDA_ROOT STREQUAL "")
+    list(APPEND configure_args "-DCUDAToolkit_ROOT=${CUDA_ROOT}")
+  endif()
+else()
+  list(APPEND configure_args
+    "-DMIRRORED_SOURCE_DIR=${MIRRORED_SOURCE_DIR}"
+    -DMIRRORED_ENABLE_CUDA=OFF)
+endif()
+
+run_step("configure" "${CMAKE_COMMAND}" ${configure_args})
+run_step("build" "${CMAKE_COMMAND}" --build "${build_dir}" ${config_args})
+
+set(exe "${build_dir}/bin/mirrored_consumer")
+if(NOT EXISTS "${exe}")
+  message(FATAL_ERROR "[consumer.${MODE}] consumer executable not found: ${exe}")
+endif()
+run_step("run" "${exe}")
+message(STATUS "[consumer.${MODE}] OK")

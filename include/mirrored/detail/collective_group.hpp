@@ -1,0 +1,86 @@
+#pragma once
+/// \file
+/// The rendezvous of replica threads: every collective (all-reduce, all-gather, merge_call) starts
+/// with all replicas joining it. Joining checks that the replicas agree on the call sequence, and
+/// every wait has a deadline and is released when the run is aborted.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace mirrored::detail {
+
+/// The collective calls replicas make; they must make the same ones in the same order.
+enum class CollectiveKind { all_reduce, all_gather, merge_call, broadcast, batch_reduce };
+
+/// "all_reduce", "merge_call", …
+const char* collective_kind_name(CollectiveKind kind) noexcept;
+
+/// Synchronisation shared by the replica threads of one strategy (ranks-as-threads).
+class CollectiveGroup {
+ public:
+  /// `stall_warn_seconds`: a wait longer than this logs one warning naming the missing replicas.
+  CollectiveGroup(int num_replicas, double stall_warn_seconds);
+  CollectiveGroup(const CollectiveGroup&) = delete;
+  CollectiveGroup& operator=(const CollectiveGroup&) = delete;
+
+  int size() const noexcept { return n_; }
+
+  /// Resets per-run state (call counts, abort flag). Called with no replica running.
+  void begin_run();
+
+  /// Replica `replica` enters its next collective, of `kind`, posting `payload` for the others,
+  /// and waits until every replica has entered. \throws FailedPreconditionError when the
+  /// replicas entered different kinds of collective or one returned from its function instead;
+  /// DeadlineExceededError after `timeout_seconds`, naming the replicas that never arrived;
+  /// AbortedError when another replica failed.
+  void join(int replica, CollectiveKind kind, const void* payload, double timeout_seconds);
+
+  /// What replica `r` posted in the current collective (valid until that collective's last sync).
+  const void* payload(int r) const noexcept { return payloads_[r]; }
+
+  /// A barrier of all replicas inside the current collective (same errors as `join`).
+  void sync(int replica, double timeout_seconds);
+
+  /// Replica `replica` returned from its function; replicas still waiting for it fail fast.
+  void finish(int replica);
+
+  /// Releases every current and future waiter of this run with AbortedError(`reason`).
+  void abort(const std::string& reason);
+
+  /// True once `abort` was called in this run.
+  bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
+
+  /// Number of collectives replica `r` joined in the current run.
+  int64_t calls(int r) const noexcept { return calls_[r]; }
+
+ private:
+  enum class Phase { join, sync };
+  void arrive_and_wait(int replica, Phase phase, double timeout_seconds);
+  [[noreturn]] void throw_stuck(int replica, Phase phase, const char* why, double waited_s);
+  std::string describe_missing() const;
+  std::string describe_call(int replica) const;
+  void check_same_calls_locked();
+
+  const int n_;
+  const double stall_warn_s_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> aborted_{false};
+  int arrived_ = 0;
+  int sleepers_ = 0;
+  std::string abort_reason_;
+  std::string join_error_;               // set by the last arriver when calls disagree
+  std::vector<uint64_t> arrived_gen_;    // generation + 1 at which each replica last arrived
+  std::vector<char> finished_;
+  std::vector<int64_t> calls_;
+  std::vector<CollectiveKind> kinds_;
+  std::vector<const void*> payloads_;
+};
+
+}  // namespace mirrored::detail

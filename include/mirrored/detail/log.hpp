@@ -1,0 +1,31 @@
+#pragma once
+/// \file
+/// Minimal leveled logging to stderr, filtered by `MIRRORED_LOG_LEVEL` (DEBUG, INFO, WARN, ERROR,
+/// OFF; default WARN).
+
+#include <string>
+
+#include "mirrored/errors.hpp"
+
+namespace mirrored::detail {
+
+enum class LogLevel { DEBUG = 0, INFO = 1, WARN = 2, ERROR = 3, OFF = 4 };
+
+/// True when messages of `level` are printed.
+bool log_enabled(LogLevel level);
+/// Prints `[mirrored LEVEL] message` to stderr (one write, safe from any thread).
+void log_message(LogLevel level, const std::string& message);
+
+/// A positive number from environment variable `name`, else `fallback` (a malformed value is
+/// reported once with a warning).
+double env_seconds(const char* name, double fallback);
+
+}  // namespace mirrored::detail
+
+/// Logs the streamable parts at `level` when that level is enabled.
+#define MIRRORED_LOG(level, ...)                                                             \
+  do {                                                                                       \
+    if (::mirrored::detail::log_enabled(::mirrored::detail::LogLevel::level))                \
+      ::mirrored::detail::log_message(::mirrored::detail::LogLevel::level,                   \
+                                      ::mirrored::detail::str_cat(__VA_ARGS__));             \
+  } while (0)

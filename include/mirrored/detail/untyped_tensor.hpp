@@ -1,0 +1,45 @@
+#pragma once
+/// \file
+/// Type-erased tensors: how collectives and nests handle tensors of any element type.
+
+#include <memory>
+#include <vector>
+
+#include "mirrored/tensor.hpp"
+
+namespace mirrored::detail {
+
+/// A tensor with its element type as a runtime tag. Shares storage with the typed tensor.
+struct UntypedTensor {
+  DType dtype = DType::float32;
+  Shape shape;
+  int64_t numel = 0;
+  std::shared_ptr<Storage> storage;
+
+  void* data() const noexcept { return storage ? storage->data() : nullptr; }
+  std::size_t bytes() const noexcept { return static_cast<std::size_t>(numel) * dtype_size(dtype); }
+  const Device& device() const noexcept { return storage ? storage->device() : cpu0; }
+};
+
+/// Converts between typed and untyped tensors (sharing storage).
+struct TensorAccess {
+  template <class T>
+  static UntypedTensor erase(const Tensor<T>& t) {
+    return UntypedTensor{dtype_of<T>(), t.shape_, t.numel_, t.storage_};
+  }
+  template <class T>
+  static Tensor<T> restore(const UntypedTensor& u) {
+    Tensor<T> t;
+    t.shape_ = u.shape;
+    t.numel_ = u.numel;
+    t.storage_ = u.storage;
+    return t;
+  }
+};
+
+/// A new tensor of `dtype` and `shape` on `device`, contents unspecified.
+UntypedTensor make_untyped(DType dtype, const Shape& shape, const Device& device);
+/// `t` converted to `dtype` (shares storage when already of that type).
+UntypedTensor cast_untyped(const UntypedTensor& t, DType dtype);
+
+}  // namespace mirrored::detail

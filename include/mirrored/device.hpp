@@ -1,0 +1,77 @@
+#pragma once
+/// \file
+/// Device names: parsing, canonical forms and discovery.
+
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mirrored {
+
+/// Kind of device a replica runs on.
+enum class DeviceType { CPU, GPU };
+
+/// "CPU" or "GPU".
+const char* device_type_name(DeviceType type) noexcept;
+
+/// A fully specified device: `/job:<job>/replica:<r>/task:<t>/device:<TYPE>:<index>`.
+class Device {
+ public:
+  /// CPU:0 of the local job.
+  Device() = default;
+  /// A device of the local job (`/job:localhost/replica:0/task:0`).
+  Device(DeviceType type, int index) : type_(type), index_(index) {}
+
+  /// Parses any of TF's accepted spellings (`GPU:0`, `gpu:0`, `/gpu:0`, `/device:GPU:0`,
+  /// `/job:worker/task:1/cpu:0`, `/job:localhost/replica:0/task:0/device:CPU:0`). Missing job is
+  /// `localhost`, missing replica/task are 0.
+  /// \throws InvalidArgumentError on an unknown attribute, a repeated or second device type,
+  ///         a lower-case type after `device:`, a missing or non-integer index.
+  static Device parse(std::string_view spec);
+
+  DeviceType type() const noexcept { return type_; }
+  int index() const noexcept { return index_; }
+  const std::string& job() const noexcept { return job_; }
+  int replica() const noexcept { return replica_; }
+  int task() const noexcept { return task_; }
+  /// True for host devices (any `CPU:k`), whose memory is ordinary host memory.
+  bool is_host() const noexcept { return type_ == DeviceType::CPU; }
+
+  /// Canonical form, e.g. `/job:localhost/replica:0/task:0/device:GPU:0`.
+  std::string to_string() const;
+  /// Short form, e.g. `GPU:0` (used in messages).
+  std::string short_name() const;
+
+  friend bool operator==(const Device& a, const Device& b) = default;
+
+ private:
+  std::string job_ = "localhost";
+  int replica_ = 0;
+  int task_ = 0;
+  DeviceType type_ = DeviceType::CPU;
+  int index_ = 0;
+};
+
+/// Prints the canonical form.
+std::ostream& operator<<(std::ostream& os, const Device& d);
+
+/// The host device every result of a cross-replica reduction lands on.
+inline const Device cpu0{};
+
+/// Logical devices of a type visible to this process. CPU: `{CPU:0}` (any `CPU:k` may still be
+/// used as a replica device). GPU: physical GPUs (or their logical splits); none when the build
+/// lacks CUDA or the runtime reports any error (e.g. no driver) — never throws for that.
+std::vector<Device> list_logical_devices(DeviceType type);
+
+/// True when `d` may hold tensors in this process (any CPU; a GPU index below the visible count).
+bool device_exists(const Device& d);
+
+namespace config {
+/// Splits physical GPU `physical_gpu` into `count` logical GPUs (must be called before any
+/// strategy uses GPUs). \throws NotFoundError if that GPU does not exist; InvalidArgumentError if
+/// `count` < 1; FailedPreconditionError once GPU devices have been used.
+void set_logical_gpu_devices(int physical_gpu, int count);
+}  // namespace config
+
+}  // namespace mirrored

@@ -1,0 +1,159 @@
+#pragma once
+/// \file
+/// `ReplicaContext`: what a replica function can do with the other replicas (all-reduce,
+/// all-gather, merge_call).
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "mirrored/communication_options.hpp"
+#include "mirrored/cross_device_ops.hpp"
+#include "mirrored/detail/nest.hpp"
+#include "mirrored/strategy.hpp"
+
+namespace mirrored {
+
+/// The context of one replica inside `Strategy::run` (or the default replica context outside any
+/// scope). Valid only on the thread and during the `run` it belongs to.
+class ReplicaContext {
+ public:
+  ReplicaContext(const ReplicaContext&) = delete;
+  ReplicaContext& operator=(const ReplicaContext&) = delete;
+
+  /// This replica's index, 0 … num_replicas_in_sync()-1.
+  int replica_id_in_sync_group() const noexcept { return replica_id_; }
+  int num_replicas_in_sync() const noexcept { return strategy_->num_replicas_in_sync(); }
+  Strategy& strategy() const noexcept { return *strategy_; }
+
+  /// Every replica receives the same reduction of all replicas' `value` (a tensor, a number or a
+  /// nest of them), summed in replica order. All replicas must call it, in the same order as
+  /// their other collectives. \throws InvalidArgumentError when replicas pass different shapes,
+  /// dtypes or structures, or for MEAN of integers; FailedPreconditionError when replicas call
+  /// different collectives or one returns without calling it, or outside this context's `run`;
+  /// DeadlineExceededError when a replica does not arrive in time; AbortedError when another
+  /// replica failed.
+  template <class V>
+  V all_reduce(ReduceOp op, const V& value, const CommunicationOptions& options = {});
+  /// `all_reduce` with the op given as "SUM"/"MEAN" (any case).
+  template <class V>
+  V all_reduce(std::string_view op, const V& value, const CommunicationOptions& options = {}) {
+    return all_reduce(parse_reduce_op(op), value, options);
+  }
+
+  /// Every replica receives the concatenation of all replicas' `value` along `axis`, in replica
+  /// order (sizes along `axis` may differ). Same errors as `all_reduce`, plus
+  /// InvalidArgumentError for rank-0 values, different ranks, shapes that differ off `axis`, or an
+  /// out-of-range axis.
+  template <class T>
+  Tensor<T> all_gather(const Tensor<T>& value, int axis, const CommunicationOptions& options = {});
+
+  /// Pauses all replicas and calls `merge_fn(strategy, PerReplica<Args>...)` once, on replica
+  /// 0's thread, in cross-replica context; every replica receives the result (its own component
+  /// when the result is a `PerReplica`/`Mirrored`). An exception from `merge_fn` surfaces from
+  /// `run` with its type. Same synchronisation errors as `all_reduce`.
+  template <class Fn, class... Args>
+  auto merge_call(Fn&& merge_fn, const Args&... args);
+
+ private:
+  friend class Strategy;
+  ReplicaContext(Strategy& strategy, int replica_id) : strategy_(&strategy), replica_id_(replica_id) {}
+
+  // Throws FailedPreconditionError unless the calling thread is inside this context's run.
+  void check_active(const char* op) const;
+  double timeout(const CommunicationOptions& options) const;
+  // Joins a collective and validates that every replica posted matching leaves.
+  void all_reduce_flat(ReduceOp op, const std::vector<detail::UntypedTensor>& in,
+                       const std::vector<detail::UntypedTensor>& out, const std::string& structure,
+                       const CommunicationOptions& options);
+  std::vector<detail::UntypedTensor> all_gather_flat(const detail::UntypedTensor& in, int axis,
+                                                     const CommunicationOptions& options);
+  // merge_call's rendezvous; `run_merge` is called on replica 0 with every replica's payload.
+  using MergeFn = void (*)(void* ctx, const std::vector<const void*>& payloads);
+  const void* merge_flat(const void* payload, MergeFn run_merge, void* ctx);
+  void merge_done();
+
+  Strategy* strategy_;
+  int replica_id_;
+};
+
+template <class V>
+V ReplicaContext::all_reduce(ReduceOp op, const V& value, const CommunicationOptions& options) {
+  static_assert(detail::is_nest<V>(), "all_reduce: values must be tensors, numbers or nests of them");
+  check_active("all_reduce");
+  if (op == ReduceOp::MEAN && detail::nest_has_integer_leaf<V>()) {
+    throw InvalidArgumentError(detail::str_cat(
+        "all_reduce on replica ", replica_id_,
+        ": MEAN of integer values has no exact integer result; reduce floating-point values instead"));
+  }
+  std::vector<detail::UntypedTensor> in;
+  std::string structure;
+  detail::flatten(value, in, structure);
+  std::vector<detail::UntypedTensor> out;
+  out.reserve(in.size());
+  for (const auto& t : in) out.push_back(detail::make_untyped(t.dtype, t.shape, t.device()));
+  all_reduce_flat(op, in, out, structure, options);
+  std::size_t i = 0;
+  return detail::unflatten<V>(value, out, i);
+}
+
+template <class T>
+Tensor<T> ReplicaContext::all_gather(const Tensor<T>& value, int axis, const CommunicationOptions& options) {
+  check_active("all_gather");
+  return detail::TensorAccess::restore<T>(all_gather_flat(detail::TensorAccess::erase(value), axis, options)[0]);
+}
+
+template <class Fn, class... Args>
+auto ReplicaContext::merge_call(Fn&& merge_fn, const Args&... args) {
+  check_active("merge_call");
+  using R = std::decay_t<std::invoke_result_t<Fn&, Strategy&, const PerReplica<Args>&...>>;
+  using Mine = std::tuple<const Args*...>;
+  struct Shared {
+    Fn* fn;
+    Strategy* strategy;
+    std::optional<std::conditional_t<std::is_void_v<R>, char, R>> result;
+  } shared{&merge_fn, strategy_, std::nullopt};
+  Mine mine{&args...};
+  struct Posted {
+    Mine* args;
+    Shared* shared;
+  } posted{&mine, &shared};
+
+  auto run_merge = [](void* ctx, const std::vector<const void*>& payloads) {
+    auto* self = static_cast<Shared*>(ctx);
+    auto per_replica = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+      using A = std::tuple_element_t<K, std::tuple<Args...>>;
+      std::vector<A> parts;
+      parts.reserve(payloads.size());
+      for (const void* p : payloads) parts.push_back(*std::get<K>(*static_cast<const Posted*>(p)->args));
+      return PerReplica<A>(std::move(parts));
+    };
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      if constexpr (std::is_void_v<R>) {
+        std::invoke(*self->fn, *self->strategy, per_replica(std::integral_constant<std::size_t, K>{})...);
+        self->result.emplace('\0');
+      } else {
+        self->result.emplace(std::invoke(*self->fn, *self->strategy, per_replica(std::integral_constant<std::size_t, K>{})...));
+      }
+    }(std::index_sequence_for<Args...>{});
+  };
+  const auto* first = static_cast<const Posted*>(merge_flat(&posted, run_merge, &shared));
+  // Replica 0's result stays alive until every replica has taken its copy (merge_done).
+  if constexpr (std::is_void_v<R>) {
+    merge_done();
+  } else {
+    using Out = typename detail::merge_result<R>::type;
+    std::optional<Out> out;
+    const R& result = *first->shared->result;
+    if constexpr (is_distributed_v<R>) out.emplace(result[static_cast<std::size_t>(replica_id_)]);
+    else out.emplace(result);
+    merge_done();
+    return std::move(*out);
+  }
+}
+
+}  // namespace mirrored

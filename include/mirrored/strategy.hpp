@@ -1,0 +1,333 @@
+#pragma once
+/// \file
+/// `Strategy`: the distribution API shared by every strategy (run, reduce, gather, scope, …),
+/// and the context functions (`get_strategy`, `get_replica_context`, …).
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "mirrored/cross_device_ops.hpp"
+#include "mirrored/detail/collective_group.hpp"
+#include "mirrored/detail/nest.hpp"
+#include "mirrored/detail/repr.hpp"
+#include "mirrored/device.hpp"
+#include "mirrored/distributed_values.hpp"
+#include "mirrored/errors.hpp"
+#include "mirrored/reduce_op.hpp"
+#include "mirrored/tensor.hpp"
+
+namespace mirrored {
+
+class Strategy;
+class ReplicaContext;
+
+namespace detail {
+class ReplicaPool;
+
+/// Which context the calling thread is in.
+struct ThreadState {
+  ReplicaContext* replica = nullptr;  // inside Strategy::run on a replica thread
+  Strategy* merge = nullptr;          // inside a merge_fn (cross-replica context)
+  std::vector<Strategy*> scopes;      // scopes entered on this thread, innermost last
+};
+ThreadState& thread_state() noexcept;
+
+/// The component of a `run` argument for replica `r` (distributed values are unwrapped).
+template <class A>
+decltype(auto) replica_arg(A& arg, int r) {
+  if constexpr (is_distributed_v<std::remove_cv_t<A>>) return arg[static_cast<std::size_t>(r)];
+  else return (arg);
+}
+template <class A>
+using replica_arg_t = decltype(replica_arg(std::declval<A&>(), 0));
+
+/// What `merge_call` gives each replica back: its own component of a `PerReplica`, else the value.
+template <class R>
+struct merge_result { using type = R; };
+template <class X>
+struct merge_result<PerReplica<X>> { using type = X; };
+template <class X>
+struct merge_result<Mirrored<X>> { using type = X; };
+}  // namespace detail
+
+/// Arguments of `experimental_distribute_values_from_function`'s function (read-only, like TF's).
+struct ValueContext {
+  int replica_id_in_sync_group = 0;
+  int num_replicas_in_sync = 1;
+};
+
+/// RAII guard returned by `Strategy::scope()`: while alive, the strategy is the current one on
+/// this thread and the thread is in its cross-replica context. Move-only.
+class [[nodiscard]] Scope {
+ public:
+  Scope(Scope&& other) noexcept : strategy_(std::exchange(other.strategy_, nullptr)) {}
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+  Scope& operator=(Scope&&) = delete;
+  ~Scope();
+
+ private:
+  friend class Strategy;
+  explicit Scope(Strategy* s) : strategy_(s) {}
+  Strategy* strategy_;
+};
+
+/// Lower-level, less commonly used parts of a strategy (TF's `strategy.extended`).
+class StrategyExtended {
+ public:
+  /// The replicas' devices, in replica order (canonical forms).
+  const std::vector<Device>& worker_devices() const noexcept;
+  /// The cross-device ops the strategy reduces with.
+  CrossDeviceOps& cross_device_ops() const noexcept;
+  /// Default deadline of collectives and `merge_call` (from `MIRRORED_COLLECTIVE_TIMEOUT_S`,
+  /// 1800 s by default); `CommunicationOptions::timeout_seconds` overrides it per call.
+  double collective_timeout_seconds() const noexcept;
+  /// Sets that default. \throws InvalidArgumentError unless `seconds` > 0.
+  void set_collective_timeout_seconds(double seconds);
+
+ private:
+  friend class Strategy;
+  explicit StrategyExtended(Strategy& s) : s_(s) {}
+  Strategy& s_;
+};
+
+/// The distribution API. Obtain one as `MirroredStrategy` (or the default strategy via
+/// `get_strategy()` outside any scope). Not copyable or movable: replica threads refer to it.
+class Strategy {
+ public:
+  Strategy(const Strategy&) = delete;
+  Strategy& operator=(const Strategy&) = delete;
+  virtual ~Strategy();
+
+  /// Number of replicas that run each step in lockstep.
+  int num_replicas_in_sync() const noexcept { return static_cast<int>(devices_.size()); }
+  /// The lower-level API.
+  StrategyExtended& extended() noexcept { return extended_; }
+  /// A name for messages, e.g. "MirroredStrategy".
+  virtual std::string name() const = 0;
+
+  /// Enters this strategy's scope on the calling thread (re-entering the same strategy is fine).
+  /// \throws FailedPreconditionError inside `run` ("Method requires being in cross-replica
+  /// context, use get_replica_context().merge_call()") or inside another strategy's scope
+  /// ("Mixing different tf.distribute.Strategy objects").
+  Scope scope();
+
+  /// Calls `fn` once per replica, concurrently, each on that replica's long-lived thread and in
+  /// its replica context. `PerReplica`/`Mirrored` arguments are passed as that replica's
+  /// component; others are passed as they are (shared by all replicas, so `fn` must only read
+  /// them). Returns `PerReplica<R>` of the results (also for one replica), or nothing.
+  /// \throws FailedPreconditionError in replica context or inside `merge_call`;
+  /// InvalidArgumentError when a distributed argument has the wrong number of components; the
+  /// first exception any replica (or a merge_fn) threw, with its type — the other replicas are
+  /// released with AbortedError and the strategy stays usable.
+  template <class Fn, class... Args>
+  auto run(Fn&& fn, Args&&... args);
+
+  /// Reduces `value` across replicas (and along `axis` when given) into a host (`CPU:0`) result.
+  /// `value`: a `PerReplica`/`Mirrored` of tensors, numbers or nests (`std::vector`,
+  /// `std::tuple`, `std::map<std::string, …>`) of those. `R` (optional) is the result's element
+  /// type. MEAN divides by the number of replicas, or with `axis` by the total number of elements
+  /// along `axis` over all replicas. \throws InvalidArgumentError on mismatched shapes or
+  /// structures, an out-of-range axis, integer MEAN without a floating `R` (use
+  /// `reduce<double>`), or SUM of a non-distributed value with several replicas;
+  /// FailedPreconditionError in replica context.
+  template <class R = void, class V>
+  auto reduce(ReduceOp op, const V& value, std::optional<int> axis);
+  /// `reduce` with the op given as "SUM"/"MEAN" (any case).
+  template <class R = void, class V>
+  auto reduce(std::string_view op, const V& value, std::optional<int> axis) {
+    return reduce<R>(parse_reduce_op(op), value, axis);
+  }
+
+  /// Concatenates the replicas' tensors along `axis` (negative counts from the end), in replica
+  /// order, on the host. \throws InvalidArgumentError for rank-0 components, different ranks,
+  /// shapes that differ off `axis`, or an out-of-range axis; FailedPreconditionError in replica
+  /// context ("use get_replica_context().all_gather() instead").
+  template <class T>
+  Tensor<T> gather(const PerReplica<Tensor<T>>& value, int axis);
+  /// A non-distributed tensor is returned unchanged.
+  template <class T>
+  Tensor<T> gather(const Tensor<T>& value, int axis);
+
+  /// The components of a `PerReplica`/`Mirrored` (replica order); `{value}` for anything else.
+  template <class V>
+  auto experimental_local_results(const V& value);
+
+  /// Calls `value_fn(const ValueContext&)` once per replica, in replica order, on the calling
+  /// thread, and returns the results as a `PerReplica`.
+  template <class Fn>
+  auto experimental_distribute_values_from_function(Fn value_fn);
+
+ protected:
+  Strategy(std::vector<Device> devices, std::shared_ptr<CrossDeviceOps> cross_device_ops);
+  /// Starts the replica threads (the default strategy runs inline and has none).
+  void start_replica_threads();
+  /// Replica `r`'s context.
+  ReplicaContext& context(int r) noexcept { return *contexts_[static_cast<std::size_t>(r)]; }
+
+ private:
+  friend class ReplicaContext;
+  friend class StrategyExtended;
+  friend class Scope;
+
+  using Body = void (*)(void* ctx, int replica);
+  // Runs body(ctx, r) on every replica thread in replica context; rethrows the first failure.
+  void execute(Body body, void* ctx);
+  // Throws FailedPreconditionError unless the calling thread may call `method` cross-replica.
+  void require_cross_replica(const char* method, const char* hint) const;
+  void require_not_in_merge(const char* method) const;
+  void record_failure(int replica, std::exception_ptr error) noexcept;
+  template <class V>
+  void check_components(const char* op, const V& value) const;
+
+  std::vector<detail::UntypedTensor> reduce_flat(ReduceOp op, std::vector<std::vector<detail::UntypedTensor>>& leaves,
+                                                 const std::vector<std::string>& structures,
+                                                 std::optional<int> axis);
+  detail::UntypedTensor gather_flat(const std::vector<detail::UntypedTensor>& parts, int axis) const;
+
+  std::vector<Device> devices_;
+  std::shared_ptr<CrossDeviceOps> cross_device_ops_;
+  StrategyExtended extended_{*this};
+  double collective_timeout_s_;
+  detail::CollectiveGroup group_;
+  std::vector<std::unique_ptr<ReplicaContext>> contexts_;
+  std::unique_ptr<detail::ReplicaPool> pool_;
+  std::mutex run_mu_;         // one run at a time
+  std::mutex failure_mu_;
+  std::exception_ptr first_failure_;
+};
+
+/// The current strategy: the one whose `run` or scope the calling thread is in, else the default
+/// strategy (one replica on CPU:0, runs inline).
+Strategy& get_strategy();
+/// True when the current strategy is not the default one.
+bool has_strategy();
+/// True inside a strategy's scope or a merge_fn, outside `run`.
+bool in_cross_replica_context();
+/// The calling replica's context inside `run`; nullptr in cross-replica context; the default
+/// replica context outside any scope.
+ReplicaContext* get_replica_context();
+
+// ---------------------------------------------------------------------------------------------
+// Template definitions.
+
+template <class V>
+void Strategy::check_components(const char* op, const V& value) const {
+  if constexpr (is_distributed_v<V>) {
+    MIRRORED_ENFORCE(value.size() == devices_.size(), InvalidArgumentError, op, ": a distributed value with ",
+                     value.size(), " components cannot be used with ", name(), " of ", devices_.size(),
+                     " replicas");
+  }
+}
+
+template <class Fn, class... Args>
+auto Strategy::run(Fn&& fn, Args&&... args) {
+  require_cross_replica("run", "");
+  require_not_in_merge("run");
+  (check_components("run", args), ...);
+  Scope entered = scope();
+  using R = std::invoke_result_t<Fn&, detail::replica_arg_t<std::remove_reference_t<Args>>...>;
+  if constexpr (std::is_void_v<R>) {
+    auto body = [&](int r) { std::invoke(fn, detail::replica_arg(args, r)...); };
+    execute([](void* c, int r) { (*static_cast<decltype(body)*>(c))(r); }, &body);
+  } else {
+    using Out = std::decay_t<R>;
+    std::vector<std::optional<Out>> slots(devices_.size());
+    auto body = [&](int r) { slots[r].emplace(std::invoke(fn, detail::replica_arg(args, r)...)); };
+    execute([](void* c, int r) { (*static_cast<decltype(body)*>(c))(r); }, &body);
+    std::vector<Out> values;
+    values.reserve(slots.size());
+    for (auto& s : slots) values.push_back(std::move(*s));
+    return PerReplica<Out>(std::move(values));
+  }
+}
+
+template <class R, class V>
+auto Strategy::reduce(ReduceOp op, const V& value, std::optional<int> axis) {
+  require_cross_replica("reduce", "");
+  if constexpr (is_distributed_v<V>) {
+    using X = typename V::value_type;
+    static_assert(detail::is_nest<X>(), "reduce: values must be tensors, numbers or nests of them");
+    using Out = detail::rebind_nest_t<X, R>;
+    check_components("reduce", value);
+    if (op == ReduceOp::MEAN && detail::nest_has_integer_leaf<Out>()) {
+      throw InvalidArgumentError(
+          "reduce: MEAN of integer values has no exact integer result; call reduce<double>(...) to get a "
+          "float64 result (as TF does)");
+    }
+    std::vector<std::vector<detail::UntypedTensor>> leaves(value.size());
+    std::vector<std::string> structures(value.size());
+    for (std::size_t r = 0; r < value.size(); ++r) {
+      detail::flatten(value[r], leaves[r], structures[r]);
+      if constexpr (!std::is_void_v<R>) {
+        for (auto& leaf : leaves[r]) leaf = detail::cast_untyped(leaf, dtype_of<R>());
+      }
+    }
+    std::vector<detail::UntypedTensor> out = reduce_flat(op, leaves, structures, axis);
+    std::size_t i = 0;
+    return detail::unflatten<Out>(value[0], out, i);
+  } else {
+    static_assert(detail::is_nest<V>(), "reduce: values must be tensors, numbers or nests of them");
+    if (op == ReduceOp::SUM && num_replicas_in_sync() > 1) {
+      throw InvalidArgumentError("A non-DistributedValues value " + repr(value) +
+                                 " cannot be reduced with the given reduce op ReduceOp.SUM.");
+    }
+    if (op == ReduceOp::MEAN && !axis) {
+      using Out = detail::rebind_nest_t<V, R>;
+      if constexpr (std::is_same_v<Out, V>) {
+        return value;
+      } else {
+        std::vector<detail::UntypedTensor> leaves;
+        std::string structure;
+        detail::flatten(value, leaves, structure);
+        for (auto& leaf : leaves) leaf = detail::cast_untyped(leaf, dtype_of<R>());
+        std::size_t i = 0;
+        return detail::unflatten<Out>(value, leaves, i);
+      }
+    } else {
+      // One replica, or MEAN along an axis: the value is its own only component.
+      return reduce<R>(op, PerReplica<V>({value}), axis);
+    }
+  }
+}
+
+template <class T>
+Tensor<T> Strategy::gather(const PerReplica<Tensor<T>>& value, int axis) {
+  require_cross_replica("gather", "requires cross-replica context, use get_replica_context().all_gather() instead");
+  check_components("gather", value);
+  std::vector<detail::UntypedTensor> parts;
+  parts.reserve(value.size());
+  for (const auto& t : value.values()) parts.push_back(detail::TensorAccess::erase(t));
+  return detail::TensorAccess::restore<T>(gather_flat(parts, axis));
+}
+
+template <class T>
+Tensor<T> Strategy::gather(const Tensor<T>& value, int /*axis*/) {
+  require_cross_replica("gather", "requires cross-replica context, use get_replica_context().all_gather() instead");
+  return value;
+}
+
+template <class V>
+auto Strategy::experimental_local_results(const V& value) {
+  if constexpr (is_distributed_v<V>) return value.values();
+  else return std::vector<V>{value};
+}
+
+template <class Fn>
+auto Strategy::experimental_distribute_values_from_function(Fn value_fn) {
+  using Out = std::decay_t<std::invoke_result_t<Fn&, const ValueContext&>>;
+  std::vector<Out> values;
+  values.reserve(devices_.size());
+  for (int r = 0; r < num_replicas_in_sync(); ++r) values.push_back(value_fn(ValueContext{r, num_replicas_in_sync()}));
+  return PerReplica<Out>(std::move(values));
+}
+
+}  // namespace mirrored

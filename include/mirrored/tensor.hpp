@@ -1,0 +1,214 @@
+#pragma once
+/// \file
+/// `Tensor<T>`: a typed, shaped buffer on one device.
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "mirrored/detail/device_backend.hpp"
+#include "mirrored/detail/format.hpp"
+#include "mirrored/device.hpp"
+#include "mirrored/dtype.hpp"
+#include "mirrored/errors.hpp"
+
+namespace mirrored {
+
+namespace detail {
+
+struct TensorAccess;
+
+/// Device memory owned by one or more tensors (tensors share storage, like torch tensors).
+class Storage {
+ public:
+  Storage(const Device& device, std::size_t bytes);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  const Device& device() const noexcept { return device_; }
+  DeviceBackend& backend() const noexcept { return *backend_; }
+  void* data() const noexcept { return ptr_; }
+  std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  Device device_;
+  DeviceBackend* backend_;
+  void* ptr_ = nullptr;
+  std::size_t bytes_;
+};
+
+/// Throws InvalidArgumentError naming `op` unless both devices are the same.
+void check_same_device(const char* op, const Device& a, const Device& b);
+/// Throws InvalidArgumentError naming `op` and both shapes.
+[[noreturn]] void throw_incompatible_shapes(const char* op, const Shape& a, const Shape& b);
+
+}  // namespace detail
+
+/// A dense, row-major tensor of `T` on one device. Copies are cheap handles that share storage
+/// (like `torch.Tensor`); use `clone()` for an independent copy. Operators return new tensors on
+/// the same device.
+template <class T>
+class Tensor {
+  static_assert(is_tensor_element_v<T>, "Tensor<T> supports float, double, int32_t, int64_t, uint8_t");
+
+ public:
+  using value_type = T;
+
+  /// An empty rank-1 tensor (shape `(0,)`) on CPU:0.
+  Tensor() : shape_{0} {}
+  /// A rank-1 tensor of `values` on CPU:0.
+  Tensor(std::initializer_list<T> values)
+      : Tensor(from_vector(std::vector<T>(values), {static_cast<int64_t>(values.size())})) {}
+
+  /// A rank-0 tensor holding `value`.
+  static Tensor scalar(T value, const Device& d = cpu0) { return full({}, value, d); }
+  /// A tensor of `shape` holding `values` (row-major). \throws InvalidArgumentError when the
+  /// number of values differs from the shape's element count.
+  static Tensor from_vector(std::vector<T> values, Shape shape, const Device& d = cpu0) {
+    const int64_t n = detail::shape_numel(shape);
+    MIRRORED_ENFORCE(static_cast<int64_t>(values.size()) == n, InvalidArgumentError,
+                     "Tensor::from_vector: ", values.size(), " values cannot fill shape ",
+                     detail::format_shape(shape), " (", n, " elements)");
+    Tensor t(std::move(shape), d);
+    if (n) t.storage_->backend().copy_from_host(t.data(), values.data(), n * sizeof(T));
+    return t;
+  }
+  /// A tensor of `shape` filled with zeros.
+  static Tensor zeros(Shape shape, const Device& d = cpu0) { return full(std::move(shape), T{0}, d); }
+  /// A tensor of `shape` filled with `value`.
+  static Tensor full(Shape shape, T value, const Device& d = cpu0) {
+    Tensor t(std::move(shape), d);
+    if (t.numel_) t.storage_->backend().fill(dtype_of<T>(), t.data(), t.numel_, &value);
+    return t;
+  }
+  /// A tensor of `shape` whose contents are unspecified (to be overwritten).
+  static Tensor empty(Shape shape, const Device& d = cpu0) { return Tensor(std::move(shape), d); }
+
+  const Shape& shape() const noexcept { return shape_; }
+  int64_t rank() const noexcept { return static_cast<int64_t>(shape_.size()); }
+  int64_t numel() const noexcept { return numel_; }
+  const Device& device() const noexcept { return storage_ ? storage_->device() : cpu0; }
+  static constexpr DType dtype() noexcept { return dtype_of<T>(); }
+
+  /// Host copy of the elements, row-major.
+  std::vector<T> to_vector() const {
+    std::vector<T> out(numel_);
+    if (numel_) {
+      auto& be = storage_->backend();
+      be.synchronize();
+      be.copy_to_host(out.data(), data(), numel_ * sizeof(T));
+    }
+    return out;
+  }
+  /// The single element. \throws InvalidArgumentError unless `numel() == 1`.
+  T item() const {
+    MIRRORED_ENFORCE(numel_ == 1, InvalidArgumentError, "Tensor::item: tensor of shape ",
+                     detail::format_shape(shape_), " has ", numel_, " elements, expected exactly 1");
+    return to_vector()[0];
+  }
+  /// A copy on device `d` (a new storage even when `d` is this tensor's device).
+  Tensor to(const Device& d) const {
+    Tensor t(shape_, d);
+    if (numel_) detail::copy_between(t.data(), d, data(), device(), bytes());
+    return t;
+  }
+  /// An independent copy on the same device.
+  Tensor clone() const { return to(device()); }
+  /// Same storage viewed with another shape. \throws InvalidArgumentError when the element counts
+  /// differ.
+  Tensor reshape(Shape shape) const {
+    const int64_t n = detail::shape_numel(shape);
+    MIRRORED_ENFORCE(n == numel_, InvalidArgumentError, "Tensor::reshape: cannot reshape a tensor of shape ",
+                     detail::format_shape(shape_), " (", numel_, " elements) to shape ",
+                     detail::format_shape(shape), " (", n, " elements)");
+    Tensor t = *this;
+    t.shape_ = std::move(shape);
+    return t;
+  }
+
+  /// Element pointer in the memory of `device()` (host memory for CPU devices).
+  T* data() noexcept { return storage_ ? static_cast<T*>(storage_->data()) : nullptr; }
+  const T* data() const noexcept { return storage_ ? static_cast<const T*>(storage_->data()) : nullptr; }
+  std::size_t bytes() const noexcept { return static_cast<std::size_t>(numel_) * sizeof(T); }
+
+  /// Element-wise arithmetic on tensors of equal shape (a rank-0 operand broadcasts).
+  /// \throws InvalidArgumentError on a shape or device mismatch, naming the op and both sides.
+  friend Tensor operator+(const Tensor& a, const Tensor& b) { return binary(detail::BinaryOp::add, "add", a, b); }
+  friend Tensor operator-(const Tensor& a, const Tensor& b) { return binary(detail::BinaryOp::sub, "sub", a, b); }
+  friend Tensor operator*(const Tensor& a, const Tensor& b) { return binary(detail::BinaryOp::mul, "mul", a, b); }
+  friend Tensor operator/(const Tensor& a, const Tensor& b) { return binary(detail::BinaryOp::div, "div", a, b); }
+
+  /// Element-wise arithmetic with a number (converted to `T`).
+  template <class U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
+  friend Tensor operator+(const Tensor& a, U s) { return a + scalar(static_cast<T>(s), a.device()); }
+  template <class U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
+  friend Tensor operator-(const Tensor& a, U s) { return a - scalar(static_cast<T>(s), a.device()); }
+  template <class U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
+  friend Tensor operator*(const Tensor& a, U s) { return a * scalar(static_cast<T>(s), a.device()); }
+  template <class U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
+  friend Tensor operator/(const Tensor& a, U s) { return a / scalar(static_cast<T>(s), a.device()); }
+  template <class U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
+  friend Tensor operator+(U s, const Tensor& a) { return scalar(static_cast<T>(s), a.device()) + a; }
+  template <class U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
+  friend Tensor operator-(U s, const Tensor& a) { return scalar(static_cast<T>(s), a.device()) - a; }
+  template <class U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
+  friend Tensor operator*(U s, const Tensor& a) { return scalar(static_cast<T>(s), a.device()) * a; }
+  template <class U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
+  friend Tensor operator/(U s, const Tensor& a) { return scalar(static_cast<T>(s), a.device()) / a; }
+
+  /// `<Tensor: shape=(2,), dtype=float32, value=[1.0, 2.0]>`
+  friend std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+    const std::vector<T> host = t.to_vector();
+    return os << "<Tensor: shape=" << detail::format_shape(t.shape_) << ", dtype=" << dtype_name(dtype())
+              << ", value=" << detail::format_values(host.data(), t.shape_) << ">";
+  }
+
+ private:
+  friend struct detail::TensorAccess;
+
+  Tensor(Shape shape, const Device& d) : shape_(std::move(shape)), numel_(detail::shape_numel(shape_)) {
+    storage_ = std::make_shared<detail::Storage>(d, std::max<std::size_t>(bytes(), 1));
+  }
+
+  static Tensor binary(detail::BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
+    detail::check_same_device(name, a.device(), b.device());
+    const bool a_scalar = a.rank() == 0 && b.rank() != 0;
+    const bool b_scalar = b.rank() == 0 && a.rank() != 0;
+    if (!a_scalar && !b_scalar && a.shape_ != b.shape_) detail::throw_incompatible_shapes(name, a.shape_, b.shape_);
+    Tensor out(a_scalar ? b.shape_ : a.shape_, a.device());
+    if (out.numel_)
+      out.storage_->backend().binary(op, dtype(), a.data(), a_scalar, b.data(), b_scalar, out.data(), out.numel_);
+    return out;
+  }
+
+  Shape shape_;
+  int64_t numel_ = 0;
+  std::shared_ptr<detail::Storage> storage_;
+};
+
+/// A tensor of element type `To` holding `t`'s values converted as by `static_cast`.
+template <class To, class From>
+Tensor<To> cast(const Tensor<From>& t) {
+  if constexpr (std::is_same_v<To, From>) {
+    return t;
+  } else {
+    Tensor<To> out = Tensor<To>::empty(t.shape(), t.device());
+    if (t.numel())
+      detail::backend_for(t.device()).cast(dtype_of<From>(), t.data(), dtype_of<To>(), out.data(), t.numel());
+    return out;
+  }
+}
+
+/// True for `Tensor<T>` types.
+template <class X>
+inline constexpr bool is_tensor_v = false;
+template <class T>
+inline constexpr bool is_tensor_v<Tensor<T>> = true;
+
+}  // namespace mirrored

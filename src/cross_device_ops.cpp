@@ -1,0 +1,172 @@
+#include "mirrored/cross_device_ops.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "mirrored/errors.hpp"
+
+namespace mirrored {
+namespace detail {
+namespace {
+
+// Sums `per_replica` into `out` on `device` in replica order, staging copies there as needed.
+void reduce_on_device(ReduceOp op, const std::vector<UntypedTensor>& per_replica, const UntypedTensor& out,
+                      const Device& device) {
+  const int n = static_cast<int>(per_replica.size());
+  std::vector<UntypedTensor> staged;
+  std::vector<const void*> ptrs;
+  ptrs.reserve(n);
+  for (const auto& t : per_replica) {
+    if (t.device() == device || (t.device().is_host() && device.is_host())) {
+      ptrs.push_back(t.data());
+    } else {
+      staged.push_back(make_untyped(t.dtype, t.shape, device));
+      copy_between(staged.back().data(), device, t.data(), t.device(), t.bytes());
+      ptrs.push_back(staged.back().data());
+    }
+  }
+  const bool out_here = out.device() == device || (out.device().is_host() && device.is_host());
+  UntypedTensor target = out_here ? out : make_untyped(out.dtype, out.shape, device);
+  auto& be = backend_for(device);
+  if (out.numel) {
+    be.sum_n(out.dtype, ptrs.data(), n, target.data(), out.numel);
+    if (op == ReduceOp::MEAN) be.divide(out.dtype, target.data(), out.numel, n);
+  }
+  be.synchronize();
+  if (!out_here) copy_between(out.data(), out.device(), target.data(), device, out.bytes());
+}
+
+void gather_into_own_outputs(int axis, CollectiveStep& step) {
+  const int me = step.replica();
+  const auto& outs = step.outputs(me);
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    std::vector<const UntypedTensor*> parts;
+    for (int r = 0; r < step.num_replicas(); ++r) parts.push_back(&step.inputs(r)[i]);
+    concat_into(parts, axis, outs[i]);
+  }
+}
+
+}  // namespace
+
+void concat_into(const std::vector<const UntypedTensor*>& parts, int axis, const UntypedTensor& out) {
+  const std::size_t elem = dtype_size(out.dtype);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= out.shape[d];
+  for (std::size_t d = axis + 1; d < out.shape.size(); ++d) inner *= out.shape[d];
+  const int64_t out_row = out.shape[axis] * inner;
+  int64_t offset = 0;
+  for (const UntypedTensor* p : parts) {
+    const int64_t row = p->shape[axis] * inner;
+    if (row) {
+      const auto* src = static_cast<const unsigned char*>(p->data());
+      auto* dst = static_cast<unsigned char*>(out.data());
+      for (int64_t o = 0; o < outer; ++o) {
+        copy_between(dst + (o * out_row + offset) * elem, out.device(), src + o * row * elem, p->device(),
+                     static_cast<std::size_t>(row) * elem);
+      }
+    }
+    offset += row;
+  }
+}
+
+std::shared_ptr<CrossDeviceOps> select_cross_device_ops(const std::vector<Device>& devices) {
+  const bool all_host = std::all_of(devices.begin(), devices.end(), [](const Device& d) { return d.is_host(); });
+  if (all_host) return std::make_shared<InProcessAllReduce>();
+  return std::make_shared<ReductionToOneDevice>();
+}
+
+}  // namespace detail
+
+CrossDeviceOps::~CrossDeviceOps() = default;
+
+void CrossDeviceOps::unsupported(const char* op) const {
+  throw UnimplementedError(name() + " does not support " + op);
+}
+
+void CrossDeviceOps::reduce(ReduceOp, const std::vector<detail::UntypedTensor>&, const detail::UntypedTensor&) {
+  unsupported("reduce");
+}
+void CrossDeviceOps::all_reduce(ReduceOp, detail::CollectiveStep&) { unsupported("all_reduce"); }
+void CrossDeviceOps::all_gather(int, detail::CollectiveStep&) { unsupported("all_gather"); }
+
+// ---------------------------------------------------------------------------------------------
+
+ReductionToOneDevice::ReductionToOneDevice(std::optional<std::string> reduce_to_device) {
+  if (reduce_to_device) reduce_to_device_ = Device::parse(*reduce_to_device);
+}
+
+void ReductionToOneDevice::reduce(ReduceOp op, const std::vector<detail::UntypedTensor>& per_replica,
+                                  const detail::UntypedTensor& out) {
+  detail::reduce_on_device(op, per_replica, out, reduce_to_device_.value_or(per_replica.at(0).device()));
+}
+
+void ReductionToOneDevice::all_reduce(ReduceOp op, detail::CollectiveStep& step) {
+  const int n = step.num_replicas();
+  const int me = step.replica();
+  if (me == 0) {
+    // Replica 0 forms every sum (on the reduction device) into its own outputs.
+    const auto& outs = step.outputs(0);
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      std::vector<detail::UntypedTensor> parts;
+      parts.reserve(n);
+      for (int r = 0; r < n; ++r) parts.push_back(step.inputs(r)[i]);
+      detail::reduce_on_device(op, parts, outs[i], reduce_to_device_.value_or(outs[i].device()));
+    }
+  }
+  step.sync();
+  if (me != 0) {
+    const auto& mine = step.outputs(me);
+    const auto& first = step.outputs(0);
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      detail::copy_between(mine[i].data(), mine[i].device(), first[i].data(), first[i].device(), mine[i].bytes());
+  }
+}
+
+void ReductionToOneDevice::all_gather(int axis, detail::CollectiveStep& step) { detail::gather_into_own_outputs(axis, step); }
+
+// ---------------------------------------------------------------------------------------------
+
+void InProcessAllReduce::reduce(ReduceOp op, const std::vector<detail::UntypedTensor>& per_replica,
+                                const detail::UntypedTensor& out) {
+  detail::reduce_on_device(op, per_replica, out, out.device());
+}
+
+void InProcessAllReduce::all_reduce(ReduceOp op, detail::CollectiveStep& step) {
+  const int n = step.num_replicas();
+  const int me = step.replica();
+  for (int r = 0; r < n; ++r) {
+    for (const auto& t : step.inputs(r)) {
+      MIRRORED_ENFORCE(t.device().is_host(), InvalidArgumentError, "InProcessAllReduce::all_reduce: replica ", r,
+                       " passed a tensor on ", t.device().to_string(), "; this backend reduces host memory only");
+    }
+  }
+  auto& host = detail::backend_for(cpu0);
+  std::vector<const void*> ptrs(n);
+  const std::size_t num = step.outputs(me).size();
+  for (std::size_t i = 0; i < num; ++i) {
+    const detail::UntypedTensor& leaf = step.inputs(me)[i];
+    const std::size_t elem = dtype_size(leaf.dtype);
+    // This replica's slice, whole cache lines, so replicas never write the same line.
+    const int64_t align = static_cast<int64_t>(64 / elem);
+    const int64_t per = ((leaf.numel + n - 1) / n + align - 1) / align * align;
+    const int64_t lo = std::min(leaf.numel, per * me);
+    const int64_t hi = std::min(leaf.numel, lo + per);
+    // Blocks small enough that the sum is still in cache when it is copied to the other replicas.
+    const int64_t block = static_cast<int64_t>(16384 / elem);
+    for (int64_t b = lo; b < hi; b += block) {
+      const int64_t len = std::min(block, hi - b);
+      for (int r = 0; r < n; ++r) ptrs[r] = static_cast<const unsigned char*>(step.inputs(r)[i].data()) + b * elem;
+      auto* first = static_cast<unsigned char*>(step.outputs(0)[i].data()) + b * elem;
+      host.sum_n(leaf.dtype, ptrs.data(), n, first, len);
+      if (op == ReduceOp::MEAN) host.divide(leaf.dtype, first, len, n);
+      for (int r = 1; r < n; ++r) {
+        std::memcpy(static_cast<unsigned char*>(step.outputs(r)[i].data()) + b * elem, first,
+                    static_cast<std::size_t>(len) * elem);
+      }
+    }
+  }
+}
+
+void InProcessAllReduce::all_gather(int axis, detail::CollectiveStep& step) { detail::gather_into_own_outputs(axis, step); }
+
+}  // namespace mirrored
