@@ -31,6 +31,7 @@ CollectiveGroup::CollectiveGroup(int num_replicas, double stall_warn_seconds)
 void CollectiveGroup::begin_run() {
   std::lock_guard lock(mu_);
   arrived_ = 0;
+  inside_ = 0;
   aborted_.store(false, std::memory_order_release);
   abort_reason_.clear();
   join_error_.clear();
@@ -54,6 +55,18 @@ void CollectiveGroup::check_same_calls_locked() {
                 "different order: " + detail;
 }
 
+template <class E>
+void CollectiveGroup::fail_locked(const std::string& message) {
+  // Whoever gives up on a wait aborts the group, so that no late arrival can complete the
+  // barrier and read the payload of a replica that has left.
+  if (!aborted_.load(std::memory_order_relaxed)) {
+    abort_reason_ = message;
+    aborted_.store(true, std::memory_order_release);
+  }
+  cv_.notify_all();
+  throw E(message);
+}
+
 void CollectiveGroup::join(int replica, CollectiveKind kind, const void* payload, double timeout_seconds) {
   {
     std::lock_guard lock(mu_);
@@ -64,7 +77,26 @@ void CollectiveGroup::join(int replica, CollectiveKind kind, const void* payload
   }
   arrive_and_wait(replica, Phase::join, timeout_seconds);
   std::lock_guard lock(mu_);
-  if (!join_error_.empty()) throw FailedPreconditionError(join_error_);
+  if (!join_error_.empty()) fail_locked<FailedPreconditionError>(join_error_);
+}
+
+void CollectiveGroup::leave(int /*replica*/) {
+  std::lock_guard lock(mu_);
+  --inside_;
+  if (inside_ == 0 && sleepers_) cv_.notify_all();
+}
+
+void CollectiveGroup::leave_failed(int replica, const std::string& reason) {
+  std::unique_lock lock(mu_);
+  if (!aborted_.load(std::memory_order_relaxed)) {
+    abort_reason_ = str_cat("replica ", replica, " failed, so this collective was aborted: ", reason);
+    aborted_.store(true, std::memory_order_release);
+  }
+  --inside_;
+  cv_.notify_all();
+  ++sleepers_;
+  cv_.wait(lock, [&] { return inside_ == 0; });
+  --sleepers_;
 }
 
 void CollectiveGroup::sync(int replica, double timeout_seconds) { arrive_and_wait(replica, Phase::sync, timeout_seconds); }
@@ -75,7 +107,12 @@ void CollectiveGroup::arrive_and_wait(int replica, Phase phase, double timeout_s
   const uint64_t gen = generation_.load(std::memory_order_relaxed);
   arrived_gen_[replica] = gen + 1;
   if (++arrived_ == n_) {
-    if (phase == Phase::join) check_same_calls_locked();
+    if (phase == Phase::join) {
+      check_same_calls_locked();
+      // Counted here, atomically with the barrier, so no replica can see the others as gone
+      // before they have even woken up.
+      if (join_error_.empty()) inside_ += n_;
+    }
     arrived_ = 0;
     generation_.store(gen + 1, std::memory_order_release);
     if (sleepers_) cv_.notify_all();
@@ -104,7 +141,7 @@ void CollectiveGroup::arrive_and_wait(int replica, Phase phase, double timeout_s
     if (aborted_.load(std::memory_order_relaxed)) throw AbortedError(abort_reason_);
     for (int q = 0; q < n_; ++q) {
       if (arrived_gen_[q] != gen + 1 && finished_[q]) {
-        throw FailedPreconditionError(str_cat(
+        fail_locked<FailedPreconditionError>(str_cat(
             "Some replicas made a different number of collective or merge_call calls: replica ", q,
             " returned from the replica function after ", calls_[q], " collective calls, while replica ", replica,
             " waits in ", describe_call(replica)));
@@ -113,7 +150,7 @@ void CollectiveGroup::arrive_and_wait(int replica, Phase phase, double timeout_s
     const auto now = std::chrono::steady_clock::now();
     const double waited = std::chrono::duration<double>(now - start).count();
     if (now >= deadline) {
-      throw DeadlineExceededError(str_cat(
+      fail_locked<DeadlineExceededError>(str_cat(
           describe_call(replica), " on replica ", replica, ": waited ", waited, " s for replicas ", describe_missing(),
           " that never arrived (collective timeout ", timeout_seconds,
           " s; set CommunicationOptions::timeout_seconds or MIRRORED_COLLECTIVE_TIMEOUT_S)"));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gpu_registry.hpp"
+#include "host_allocator.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/detail/untyped_tensor.hpp"
 #include "mirrored/errors.hpp"
@@ -15,7 +16,6 @@
 namespace mirrored::detail {
 namespace {
 
-constexpr std::size_t kAlignment = 64;
 // Elements summed per block: the running sum stays in L1 while inputs stream through.
 constexpr int64_t kSumBlockBytes = 8192;
 
@@ -58,13 +58,8 @@ class HostBackend final : public DeviceBackend {
  public:
   const Device& device() const noexcept override { return cpu0; }
 
-  void* allocate(std::size_t bytes) override {
-    const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    void* p = std::aligned_alloc(kAlignment, rounded);
-    if (!p) throw UnavailableError("host allocation of " + std::to_string(bytes) + " bytes failed");
-    return p;
-  }
-  void deallocate(void* ptr, std::size_t) noexcept override { std::free(ptr); }
+  void* allocate(std::size_t bytes) override { return host_allocate(bytes); }
+  void deallocate(void* ptr, std::size_t bytes) noexcept override { host_deallocate(ptr, bytes); }
 
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override { std::memmove(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override { std::memmove(dst, src, bytes); }

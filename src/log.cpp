@@ -48,13 +48,13 @@ void log_message(LogLevel level, const std::string& message) {
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
-double env_seconds(const char* name, double fallback) {
+double env_positive(const char* name, double fallback) {
   const char* env = std::getenv(name);
   if (!env || !*env) return fallback;
   char* end = nullptr;
   const double v = std::strtod(env, &end);
   if (end == env || *end != '\0' || !(v > 0)) {
-    MIRRORED_LOG(WARN, name, "='", env, "' is not a positive number of seconds; using ", fallback);
+    MIRRORED_LOG(WARN, name, "='", env, "' is not a positive number; using ", fallback);
     return fallback;
   }
   return v;

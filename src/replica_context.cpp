@@ -48,6 +48,30 @@ void validate_all_reduce(int n, const detail::CollectiveGroup& group) {
   }
 }
 
+std::string describe_current_exception() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+// Runs the part of a collective after a successful join. Other replicas may be reading this
+// replica's posted buffers until they leave too, so an error here aborts the group and waits
+// for them before it propagates (and the buffers go away).
+template <class Body>
+void inside_collective(detail::CollectiveGroup& group, int replica, Body body) {
+  try {
+    body();
+  } catch (...) {
+    group.leave_failed(replica, describe_current_exception());
+    throw;
+  }
+  group.leave(replica);
+}
+
 }  // namespace
 
 void ReplicaContext::check_active(const char* op) const {
@@ -78,10 +102,12 @@ void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::Unty
   }
   auto& group = strategy_->group_;
   group.join(replica_id_, detail::CollectiveKind::all_reduce, &mine, t);
-  validate_all_reduce(n, group);
-  detail::CollectiveStep step(group, replica_id_, t);
-  ops.all_reduce(op, step);
-  step.sync();  // nobody's buffers go away while another replica still reads them
+  inside_collective(group, replica_id_, [&] {
+    validate_all_reduce(n, group);
+    detail::CollectiveStep step(group, replica_id_, t);
+    ops.all_reduce(op, step);
+    step.sync();  // nobody's buffers go away while another replica still reads them
+  });
 }
 
 std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail::UntypedTensor& in, int axis,
@@ -94,67 +120,74 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
   const int n = num_replicas_in_sync();
   auto& group = strategy_->group_;
   if (n > 1) group.join(replica_id_, detail::CollectiveKind::all_gather, &mine, t);
-  auto input_of = [&](int r) -> const detail::UntypedTensor& {
-    return n == 1 ? in : (*static_cast<const detail::CollectiveStep::Buffers*>(group.payload(r))->inputs)[0];
-  };
-  const Shape& first = input_of(0).shape;
-  for (int r = 0; r < n; ++r) {
-    const Shape& s = input_of(r).shape;
-    MIRRORED_ENFORCE(!s.empty(), InvalidArgumentError, "all_gather: replica ", r,
-                     " passed a rank-0 value; all_gather needs rank >= 1 (reshape it to (1,) first)");
-    MIRRORED_ENFORCE(s.size() == first.size(), InvalidArgumentError, "all_gather: ranks differ: replica 0 passed shape ",
-                     detail::format_shape(first), " and replica ", r, " passed shape ", detail::format_shape(s));
-  }
-  const int64_t rank = static_cast<int64_t>(first.size());
-  MIRRORED_ENFORCE(axis >= -rank && axis < rank, InvalidArgumentError, "`axis` = ", axis,
-                   " out of range for `value` with rank ", rank);
-  const int a = axis < 0 ? static_cast<int>(axis + rank) : axis;
-  Shape out_shape = first;
-  out_shape[a] = 0;
-  for (int r = 0; r < n; ++r) {
-    const Shape& s = input_of(r).shape;
-    for (int64_t d = 0; d < rank; ++d) {
-      MIRRORED_ENFORCE(d == a || s[d] == first[d], InvalidArgumentError, "all_gather: shapes may differ only along axis ",
-                       a, ": replica 0 passed shape ", detail::format_shape(first), " and replica ", r, " passed shape ",
-                       detail::format_shape(s));
+  auto gather = [&] {
+    auto input_of = [&](int r) -> const detail::UntypedTensor& {
+      return n == 1 ? in : (*static_cast<const detail::CollectiveStep::Buffers*>(group.payload(r))->inputs)[0];
+    };
+    const Shape& first = input_of(0).shape;
+    for (int r = 0; r < n; ++r) {
+      const Shape& s = input_of(r).shape;
+      MIRRORED_ENFORCE(!s.empty(), InvalidArgumentError, "all_gather: replica ", r,
+                       " passed a rank-0 value; all_gather needs rank >= 1 (reshape it to (1,) first)");
+      MIRRORED_ENFORCE(s.size() == first.size(), InvalidArgumentError, "all_gather: ranks differ: replica 0 passed shape ",
+                       detail::format_shape(first), " and replica ", r, " passed shape ", detail::format_shape(s));
     }
-    out_shape[a] += s[a];
-  }
-  outs.push_back(detail::make_untyped(in.dtype, out_shape, in.device()));
-  CrossDeviceOps& ops = *strategy_->cross_device_ops_;
-  if (n == 1) {
-    detail::CollectiveStep solo(mine, t);
-    ops.all_gather(a, solo);
-    return outs;
-  }
-  detail::CollectiveStep step(group, replica_id_, t);
-  ops.all_gather(a, step);
-  step.sync();
+    const int64_t rank = static_cast<int64_t>(first.size());
+    MIRRORED_ENFORCE(axis >= -rank && axis < rank, InvalidArgumentError, "`axis` = ", axis,
+                     " out of range for `value` with rank ", rank);
+    const int a = axis < 0 ? static_cast<int>(axis + rank) : axis;
+    Shape out_shape = first;
+    out_shape[a] = 0;
+    for (int r = 0; r < n; ++r) {
+      const Shape& s = input_of(r).shape;
+      for (int64_t d = 0; d < rank; ++d) {
+        MIRRORED_ENFORCE(d == a || s[d] == first[d], InvalidArgumentError, "all_gather: shapes may differ only along axis ",
+                         a, ": replica 0 passed shape ", detail::format_shape(first), " and replica ", r,
+                         " passed shape ", detail::format_shape(s));
+      }
+      out_shape[a] += s[a];
+    }
+    outs.push_back(detail::make_untyped(in.dtype, out_shape, in.device()));
+    CrossDeviceOps& ops = *strategy_->cross_device_ops_;
+    if (n == 1) {
+      detail::CollectiveStep solo(mine, t);
+      ops.all_gather(a, solo);
+      return;
+    }
+    detail::CollectiveStep step(group, replica_id_, t);
+    ops.all_gather(a, step);
+    step.sync();
+  };
+  if (n == 1) gather();
+  else inside_collective(group, replica_id_, gather);
   return outs;
 }
 
-const void* ReplicaContext::merge_flat(const void* payload, MergeFn run_merge, void* ctx) {
+void ReplicaContext::merge_flat(const void* payload, MergeFn run_merge, void* merge_ctx, TakeFn take,
+                                void* take_ctx) {
   const int n = num_replicas_in_sync();
   if (n == 1) {
-    MergeScope cross(*strategy_);
-    run_merge(ctx, {payload});
-    return payload;
+    {
+      MergeScope cross(*strategy_);
+      run_merge(merge_ctx, {payload});
+    }
+    take(take_ctx, payload);
+    return;
   }
   auto& group = strategy_->group_;
   const double t = strategy_->collective_timeout_s_;
   group.join(replica_id_, detail::CollectiveKind::merge_call, payload, t);
-  if (replica_id_ == 0) {
-    std::vector<const void*> payloads(n);
-    for (int r = 0; r < n; ++r) payloads[r] = group.payload(r);
-    MergeScope cross(*strategy_);
-    run_merge(ctx, payloads);
-  }
-  group.sync(replica_id_, t);
-  return group.payload(0);
-}
-
-void ReplicaContext::merge_done() {
-  if (num_replicas_in_sync() > 1) strategy_->group_.sync(replica_id_, strategy_->collective_timeout_s_);
+  inside_collective(group, replica_id_, [&] {
+    if (replica_id_ == 0) {
+      std::vector<const void*> payloads(n);
+      for (int r = 0; r < n; ++r) payloads[r] = group.payload(r);
+      MergeScope cross(*strategy_);
+      run_merge(merge_ctx, payloads);
+    }
+    group.sync(replica_id_, t);
+    take(take_ctx, group.payload(0));
+    group.sync(replica_id_, t);  // replica 0's result lives until every replica has its copy
+  });
 }
 
 }  // namespace mirrored

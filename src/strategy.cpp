@@ -24,6 +24,16 @@ std::string describe_exception(const std::exception_ptr& e) {
   }
 }
 
+bool is_aborted(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const AbortedError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 int normalize_axis(int axis, int64_t rank) {
   MIRRORED_ENFORCE(axis >= -rank && axis < rank, InvalidArgumentError, "`axis` = ", axis,
                    " out of range for `value` with rank ", rank);
@@ -57,8 +67,8 @@ void StrategyExtended::set_collective_timeout_seconds(double seconds) {
 Strategy::Strategy(std::vector<Device> devices, std::shared_ptr<CrossDeviceOps> cross_device_ops)
     : devices_(std::move(devices)),
       cross_device_ops_(cross_device_ops ? std::move(cross_device_ops) : detail::select_cross_device_ops(devices_)),
-      collective_timeout_s_(detail::env_seconds("MIRRORED_COLLECTIVE_TIMEOUT_S", 1800.0)),
-      group_(static_cast<int>(devices_.size()), detail::env_seconds("MIRRORED_STALL_WARN_S", 60.0)) {
+      collective_timeout_s_(detail::env_positive("MIRRORED_COLLECTIVE_TIMEOUT_S", 1800.0)),
+      group_(static_cast<int>(devices_.size()), detail::env_positive("MIRRORED_STALL_WARN_S", 60.0)) {
   contexts_.reserve(devices_.size());
   for (int r = 0; r < num_replicas_in_sync(); ++r) contexts_.push_back(std::unique_ptr<ReplicaContext>(new ReplicaContext(*this, r)));
 }
@@ -98,8 +108,10 @@ void Strategy::require_not_in_merge(const char* method) const {
 
 void Strategy::record_failure(int replica, std::exception_ptr error) noexcept {
   {
+    // The first failure wins, except that an AbortedError is only ever a consequence of another
+    // failure (which may be recorded a moment later by its own replica).
     std::lock_guard lock(failure_mu_);
-    if (!first_failure_) first_failure_ = error;
+    if (!first_failure_ || (is_aborted(first_failure_) && !is_aborted(error))) first_failure_ = error;
   }
   group_.abort(str_cat("replica ", replica, " failed, so this collective was aborted: ", describe_exception(error)));
 }

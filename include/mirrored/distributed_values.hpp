@@ -42,7 +42,7 @@ class PerReplica {
   /// Number of components (replicas).
   std::size_t size() const noexcept { return values_.size(); }
   /// Component of replica `r`. \throws OutOfRangeError when `r >= size()`.
-  const T& operator[](std::size_t r) const {
+  typename std::vector<T>::const_reference operator[](std::size_t r) const {
     MIRRORED_ENFORCE(r < values_.size(), OutOfRangeError, "PerReplica: replica ", r, " out of range for ",
                      values_.size(), " replicas");
     return values_[r];
@@ -69,7 +69,7 @@ class Mirrored {
   }
   std::size_t size() const noexcept { return values_.size(); }
   /// Copy held by replica `r`. \throws OutOfRangeError when `r >= size()`.
-  const T& operator[](std::size_t r) const {
+  typename std::vector<T>::const_reference operator[](std::size_t r) const {
     MIRRORED_ENFORCE(r < values_.size(), OutOfRangeError, "Mirrored: replica ", r, " out of range for ",
                      values_.size(), " replicas");
     return values_[r];

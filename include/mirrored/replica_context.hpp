@@ -72,10 +72,11 @@ class ReplicaContext {
                        const CommunicationOptions& options);
   std::vector<detail::UntypedTensor> all_gather_flat(const detail::UntypedTensor& in, int axis,
                                                      const CommunicationOptions& options);
-  // merge_call's rendezvous; `run_merge` is called on replica 0 with every replica's payload.
+  // merge_call's rendezvous: `run_merge` is called on replica 0 with every replica's payload,
+  // then every replica calls `take` with replica 0's payload to copy out its result.
   using MergeFn = void (*)(void* ctx, const std::vector<const void*>& payloads);
-  const void* merge_flat(const void* payload, MergeFn run_merge, void* ctx);
-  void merge_done();
+  using TakeFn = void (*)(void* ctx, const void* first_payload);
+  void merge_flat(const void* payload, MergeFn run_merge, void* merge_ctx, TakeFn take, void* take_ctx);
 
   Strategy* strategy_;
   int replica_id_;
@@ -141,19 +142,25 @@ auto ReplicaContext::merge_call(Fn&& merge_fn, const Args&... args) {
       }
     }(std::index_sequence_for<Args...>{});
   };
-  const auto* first = static_cast<const Posted*>(merge_flat(&posted, run_merge, &shared));
-  // Replica 0's result stays alive until every replica has taken its copy (merge_done).
-  if constexpr (std::is_void_v<R>) {
-    merge_done();
-  } else {
-    using Out = typename detail::merge_result<R>::type;
-    std::optional<Out> out;
-    const R& result = *first->shared->result;
-    if constexpr (is_distributed_v<R>) out.emplace(result[static_cast<std::size_t>(replica_id_)]);
-    else out.emplace(result);
-    merge_done();
-    return std::move(*out);
-  }
+  using Out = std::conditional_t<std::is_void_v<R>, char, typename detail::merge_result<R>::type>;
+  std::optional<Out> out;
+  const int me = replica_id_;
+  struct Take {
+    std::optional<Out>* out;
+    int replica;
+  } take{&out, me};
+  auto take_fn = [](void* ctx, const void* first) {
+    auto* t = static_cast<Take*>(ctx);
+    if constexpr (std::is_void_v<R>) {
+      t->out->emplace('\0');
+    } else {
+      const R& result = *static_cast<const Posted*>(first)->shared->result;
+      if constexpr (is_distributed_v<R>) t->out->emplace(result[static_cast<std::size_t>(t->replica)]);
+      else t->out->emplace(result);
+    }
+  };
+  merge_flat(&posted, run_merge, &shared, take_fn, &take);
+  if constexpr (!std::is_void_v<R>) return std::move(*out);
 }
 
 }  // namespace mirrored

@@ -187,6 +187,8 @@ class Strategy {
   void record_failure(int replica, std::exception_ptr error) noexcept;
   template <class V>
   void check_components(const char* op, const V& value) const;
+  template <class R, class X>
+  auto reduce_values(ReduceOp op, const std::vector<X>& values, std::optional<int> axis);
 
   std::vector<detail::UntypedTensor> reduce_flat(ReduceOp op, std::vector<std::vector<detail::UntypedTensor>>& leaves,
                                                  const std::vector<std::string>& structures,
@@ -236,12 +238,15 @@ auto Strategy::run(Fn&& fn, Args&&... args) {
   Scope entered = scope();
   using R = std::invoke_result_t<Fn&, detail::replica_arg_t<std::remove_reference_t<Args>>...>;
   if constexpr (std::is_void_v<R>) {
-    auto body = [&](int r) { std::invoke(fn, detail::replica_arg(args, r)...); };
+    auto body = [&](int r) {
+      (void)r;  // unused when there are no arguments
+      std::invoke(fn, detail::replica_arg(args, r)...);
+    };
     execute([](void* c, int r) { (*static_cast<decltype(body)*>(c))(r); }, &body);
   } else {
     using Out = std::decay_t<R>;
     std::vector<std::optional<Out>> slots(devices_.size());
-    auto body = [&](int r) { slots[r].emplace(std::invoke(fn, detail::replica_arg(args, r)...)); };
+    auto body = [&](int r) { slots[static_cast<std::size_t>(r)].emplace(std::invoke(fn, detail::replica_arg(args, r)...)); };
     execute([](void* c, int r) { (*static_cast<decltype(body)*>(c))(r); }, &body);
     std::vector<Out> values;
     values.reserve(slots.size());
@@ -250,52 +255,46 @@ auto Strategy::run(Fn&& fn, Args&&... args) {
   }
 }
 
+template <class R, class X>
+auto Strategy::reduce_values(ReduceOp op, const std::vector<X>& values, std::optional<int> axis) {
+  static_assert(detail::is_nest<X>(), "reduce: values must be tensors, numbers or nests of them");
+  using Out = detail::rebind_nest_t<X, R>;
+  if (op == ReduceOp::MEAN && detail::nest_has_integer_leaf<Out>()) {
+    throw InvalidArgumentError(
+        "reduce: MEAN of integer values has no exact integer result; call reduce<double>(...) to get a "
+        "float64 result (as TF does)");
+  }
+  std::vector<std::vector<detail::UntypedTensor>> leaves(values.size());
+  std::vector<std::string> structures(values.size());
+  for (std::size_t r = 0; r < values.size(); ++r) {
+    detail::flatten(values[r], leaves[r], structures[r]);
+    if constexpr (!std::is_void_v<R>) {
+      for (auto& leaf : leaves[r]) leaf = detail::cast_untyped(leaf, dtype_of<R>());
+    }
+  }
+  std::vector<detail::UntypedTensor> out = reduce_flat(op, leaves, structures, axis);
+  std::size_t i = 0;
+  return detail::unflatten<Out>(values[0], out, i);
+}
+
 template <class R, class V>
 auto Strategy::reduce(ReduceOp op, const V& value, std::optional<int> axis) {
   require_cross_replica("reduce", "");
   if constexpr (is_distributed_v<V>) {
-    using X = typename V::value_type;
-    static_assert(detail::is_nest<X>(), "reduce: values must be tensors, numbers or nests of them");
-    using Out = detail::rebind_nest_t<X, R>;
     check_components("reduce", value);
-    if (op == ReduceOp::MEAN && detail::nest_has_integer_leaf<Out>()) {
-      throw InvalidArgumentError(
-          "reduce: MEAN of integer values has no exact integer result; call reduce<double>(...) to get a "
-          "float64 result (as TF does)");
-    }
-    std::vector<std::vector<detail::UntypedTensor>> leaves(value.size());
-    std::vector<std::string> structures(value.size());
-    for (std::size_t r = 0; r < value.size(); ++r) {
-      detail::flatten(value[r], leaves[r], structures[r]);
-      if constexpr (!std::is_void_v<R>) {
-        for (auto& leaf : leaves[r]) leaf = detail::cast_untyped(leaf, dtype_of<R>());
-      }
-    }
-    std::vector<detail::UntypedTensor> out = reduce_flat(op, leaves, structures, axis);
-    std::size_t i = 0;
-    return detail::unflatten<Out>(value[0], out, i);
+    return reduce_values<R>(op, value.values(), axis);
   } else {
     static_assert(detail::is_nest<V>(), "reduce: values must be tensors, numbers or nests of them");
     if (op == ReduceOp::SUM && num_replicas_in_sync() > 1) {
       throw InvalidArgumentError("A non-DistributedValues value " + repr(value) +
                                  " cannot be reduced with the given reduce op ReduceOp.SUM.");
     }
-    if (op == ReduceOp::MEAN && !axis) {
-      using Out = detail::rebind_nest_t<V, R>;
-      if constexpr (std::is_same_v<Out, V>) {
-        return value;
-      } else {
-        std::vector<detail::UntypedTensor> leaves;
-        std::string structure;
-        detail::flatten(value, leaves, structure);
-        for (auto& leaf : leaves) leaf = detail::cast_untyped(leaf, dtype_of<R>());
-        std::size_t i = 0;
-        return detail::unflatten<Out>(value, leaves, i);
-      }
-    } else {
-      // One replica, or MEAN along an axis: the value is its own only component.
-      return reduce<R>(op, PerReplica<V>({value}), axis);
+    using Out = detail::rebind_nest_t<V, R>;
+    if constexpr (std::is_same_v<Out, V>) {
+      if (op == ReduceOp::MEAN && !axis) return value;  // the mean of identical copies
     }
+    // One replica, a MEAN along an axis, or a type change: the value is its own only component.
+    return reduce_values<R>(op, std::vector<V>{value}, axis);
   }
 }
 

@@ -34,7 +34,9 @@ class CollectiveGroup {
   void begin_run();
 
   /// Replica `replica` enters its next collective, of `kind`, posting `payload` for the others,
-  /// and waits until every replica has entered. \throws FailedPreconditionError when the
+  /// and waits until every replica has entered. On success the replica is *inside* the
+  /// collective until it calls `leave` or `leave_failed`; on any error the whole group is aborted
+  /// first, so no replica can go on to read a payload whose owner has left. \throws FailedPreconditionError when the
   /// replicas entered different kinds of collective or one returned from its function instead;
   /// DeadlineExceededError after `timeout_seconds`, naming the replicas that never arrived;
   /// AbortedError when another replica failed.
@@ -45,6 +47,16 @@ class CollectiveGroup {
 
   /// A barrier of all replicas inside the current collective (same errors as `join`).
   void sync(int replica, double timeout_seconds);
+
+  /// Leaves the current collective after its last `sync` (nobody reads this replica's payload
+  /// any more).
+  void leave(int replica);
+
+  /// Leaves the current collective because of an error: aborts the group with `reason`, then
+  /// waits until every other replica has left too, so that this replica's payload (which may
+  /// live on its stack) outlives every reader. Waits no longer than replicas inside the
+  /// collective take to notice the abort (each of their waits is bounded).
+  void leave_failed(int replica, const std::string& reason);
 
   /// Replica `replica` returned from its function; replicas still waiting for it fail fast.
   void finish(int replica);
@@ -61,7 +73,8 @@ class CollectiveGroup {
  private:
   enum class Phase { join, sync };
   void arrive_and_wait(int replica, Phase phase, double timeout_seconds);
-  [[noreturn]] void throw_stuck(int replica, Phase phase, const char* why, double waited_s);
+  template <class E>
+  [[noreturn]] void fail_locked(const std::string& message);
   std::string describe_missing() const;
   std::string describe_call(int replica) const;
   void check_same_calls_locked();
@@ -74,6 +87,7 @@ class CollectiveGroup {
   std::atomic<bool> aborted_{false};
   int arrived_ = 0;
   int sleepers_ = 0;
+  int inside_ = 0;                       // replicas between a successful join and leaving
   std::string abort_reason_;
   std::string join_error_;               // set by the last arriver when calls disagree
   std::vector<uint64_t> arrived_gen_;    // generation + 1 at which each replica last arrived

@@ -16,9 +16,9 @@ bool log_enabled(LogLevel level);
 /// Prints `[mirrored LEVEL] message` to stderr (one write, safe from any thread).
 void log_message(LogLevel level, const std::string& message);
 
-/// A positive number from environment variable `name`, else `fallback` (a malformed value is
+/// A positive number (seconds, megabytes, …) from environment variable `name`, else `fallback` (a malformed value is
 /// reported once with a warning).
-double env_seconds(const char* name, double fallback);
+double env_positive(const char* name, double fallback);
 
 }  // namespace mirrored::detail
 

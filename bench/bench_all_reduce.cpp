@@ -1,0 +1,169 @@
+// In-process all-reduce inside `strategy.run`, reported as a ratio to an anchor measured in the
+// same process, on the same buffers and the same replica threads.
+//
+//   all-reduce: each replica calls get_replica_context()->all_reduce(SUM, x) on its own
+//               pre-allocated Tensor<float> x of S bytes. InProcessAllReduce has every replica
+//               read its 1/N slice of all N inputs and write it to all N outputs: S read + S
+//               written per replica. The output tensor is allocated by all_reduce on every call
+//               (users pay for it), and freed before the replica function returns.
+//   anchor:     a `strategy.run` in which each replica does one read-modify-write pass over the
+//               same S-byte buffer (x[i] += 1): S read + S written per replica.
+//   alloc:      (diagnostic) a `strategy.run` in which each replica allocates an S-byte tensor,
+//               touches one byte per 4 KiB page and frees it: what allocating the fresh output
+//               costs, page faults included.
+//   empty:      (diagnostic) a `strategy.run` of an empty function: the dispatch cost that the
+//               three others include too.
+//
+// All four are timed with steady_clock inside the same benchmark iteration (order rotated each
+// iteration), so they see the same machine state. Manual time = all-reduce time. Counters:
+//   allreduce_ms, anchor_ms, alloc_ms, run_ms   mean wall time of one call of each
+//   ratio        anchor_ms / allreduce_ms (1.0 = all-reduce as fast as one pass over memory)
+//   ratio_med    median over iterations of anchor / all-reduce of the same iteration (paired,
+//                so robust to load that comes and goes; needs several iterations)
+//   alloc_share  (alloc_ms - run_ms) / allreduce_ms: the share of the all-reduce that allocating
+//                (and first touching) the fresh output costs
+//   allreduce_GBps, anchor_GBps   2*S*N bytes (read + written, all replicas) per second
+//
+// Pass --benchmark_filter=... as usual; see bench/README.md.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <mirrored/mirrored.hpp>
+
+namespace {
+
+using mirrored::Device;
+using mirrored::MirroredStrategy;
+using mirrored::ReduceOp;
+using mirrored::Tensor;
+using Clock = std::chrono::steady_clock;
+
+MirroredStrategy& strategy_for(int n) {
+  // One strategy per replica count for the whole process: its threads are long-lived, like a
+  // training program's.
+  static std::map<int, std::unique_ptr<MirroredStrategy>> cache;
+  auto& s = cache[n];
+  if (!s) {
+    std::vector<std::string> devices;
+    for (int r = 0; r < n; ++r) devices.push_back("CPU:" + std::to_string(r));
+    s = std::make_unique<MirroredStrategy>(devices);
+  }
+  return *s;
+}
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+void BM_AllReduce(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const int64_t bytes = state.range(1);
+  const int64_t numel = bytes / static_cast<int64_t>(sizeof(float));
+  MirroredStrategy& strategy = strategy_for(n);
+
+  // Per-replica inputs on the replica's device, filled (so their pages exist) before timing.
+  std::vector<Tensor<float>> inputs;
+  for (int r = 0; r < n; ++r) {
+    inputs.push_back(Tensor<float>::full({numel}, static_cast<float>(r + 1), Device::parse("CPU:" + std::to_string(r))));
+  }
+  const mirrored::PerReplica<Tensor<float>> per_replica(inputs);
+
+  auto anchor_fn = [&] {
+    const int r = mirrored::get_replica_context()->replica_id_in_sync_group();
+    float* p = inputs[static_cast<std::size_t>(r)].data();
+    for (int64_t i = 0; i < numel; ++i) p[i] += 1.0f;
+    benchmark::DoNotOptimize(p);
+    benchmark::ClobberMemory();
+  };
+  auto all_reduce_fn = [](const Tensor<float>& x) {
+    Tensor<float> out = mirrored::get_replica_context()->all_reduce(ReduceOp::SUM, x);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  };
+  auto alloc_fn = [&] {
+    Tensor<float> out = Tensor<float>::empty({numel});
+    auto* p = reinterpret_cast<volatile unsigned char*>(out.data());
+    for (int64_t b = 0; b < bytes; b += 4096) p[b] = 1;
+  };
+
+  // Sanity check (not timed): one all-reduce must give every replica the sum of the inputs.
+  {
+    // Inputs hold r+1 now; the anchor adds 1 per call to every input, so check before timing.
+    auto outs = strategy.run([](const Tensor<float>& x) { return mirrored::get_replica_context()->all_reduce(ReduceOp::SUM, x); },
+                             per_replica);
+    const float expect = static_cast<float>(n) * static_cast<float>(n + 1) / 2.0f;
+    for (int r = 0; r < n; ++r) {
+      const float* o = outs[static_cast<std::size_t>(r)].data();
+      if (o[0] != expect || o[numel - 1] != expect || o[numel / 2] != expect) {
+        state.SkipWithError("all_reduce returned a wrong sum");
+        return;
+      }
+    }
+  }
+  // Warm-up: pool threads awake, allocator state as in steady state.
+  strategy.run(anchor_fn);
+  strategy.run(all_reduce_fn, per_replica);
+
+  double sum_ar = 0, sum_anchor = 0, sum_alloc = 0, sum_empty = 0;
+  std::vector<double> paired;  // anchor / all-reduce, per iteration
+  int64_t iters = 0;
+  for (auto _ : state) {
+    double t[4] = {0, 0, 0, 0};  // all-reduce, anchor, alloc, empty
+    // Rotate the order so no measurement always follows the same one.
+    for (int k = 0; k < 4; ++k) {
+      const int which = static_cast<int>((iters + k) % 4);
+      const auto t0 = Clock::now();
+      switch (which) {
+        case 0: strategy.run(all_reduce_fn, per_replica); break;
+        case 1: strategy.run(anchor_fn); break;
+        case 2: strategy.run(alloc_fn); break;
+        default: strategy.run([] {}); break;
+      }
+      t[which] = seconds(Clock::now() - t0);
+    }
+    const double t_ar = t[0], t_anchor = t[1];
+    state.SetIterationTime(t_ar);
+    sum_ar += t_ar;
+    sum_anchor += t_anchor;
+    sum_alloc += t[2];
+    sum_empty += t[3];
+    paired.push_back(t_anchor / t_ar);
+    ++iters;
+  }
+  if (iters == 0) return;
+  const double it = static_cast<double>(iters);
+  const double moved = 2.0 * static_cast<double>(bytes) * n;  // read S + write S, every replica
+  state.counters["allreduce_ms"] = sum_ar / it * 1e3;
+  state.counters["anchor_ms"] = sum_anchor / it * 1e3;
+  state.counters["alloc_ms"] = sum_alloc / it * 1e3;
+  state.counters["run_ms"] = sum_empty / it * 1e3;
+  state.counters["ratio"] = sum_anchor / sum_ar;
+  state.counters["ratio_med"] = median(paired);
+  state.counters["alloc_share"] = std::max(0.0, sum_alloc - sum_empty) / sum_ar;
+  state.counters["allreduce_GBps"] = moved / (sum_ar / it) / 1e9;
+  state.counters["anchor_GBps"] = moved / (sum_anchor / it) / 1e9;
+  state.SetBytesProcessed(static_cast<int64_t>(moved) * iters);
+  state.SetLabel("N=" + std::to_string(n) + " S=" +
+                 (bytes >= (1 << 20) ? std::to_string(bytes >> 20) + "MiB" : std::to_string(bytes >> 10) + "KiB"));
+}
+
+BENCHMARK(BM_AllReduce)
+    ->ArgNames({"replicas", "bytes"})
+    ->ArgsProduct({{2, 4, 8}, {64 << 10, 4 << 20, 64 << 20}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,171 @@
+// Cost of `strategy.run` with an empty replica function, reported as a ratio to a bare
+// std::barrier round trip with the same number of threads, measured in the same process.
+//
+//   run:      MirroredStrategy on N CPU replicas, strategy.run([] {}).
+//   barrier:  N worker threads + the calling thread on one std::barrier<>; one round trip is two
+//             arrive_and_wait per thread (dispatch, then completion), which is what a run needs
+//             at least: hand the work out, learn that every replica is done.
+//
+// Each benchmark iteration times a batch of `kBatch` runs and a batch of `kBatch` barrier round
+// trips (order alternating per iteration), with steady_clock and with the process CPU clock
+// (CLOCK_PROCESS_CPUTIME_ID: every thread of the process, so spinning replicas show up; Google
+// Benchmark's own CPU column is the calling thread only). Manual time = the batch of runs, so
+// the Time column is per 64 runs; read the per-call counters instead:
+//   run_us, barrier_us           wall µs per run / per barrier round trip
+//   ratio                        run_us / barrier_us (target <= 3)
+//   ratio_med                    median over iterations of (run batch / barrier batch) of the
+//                                same iteration: paired, so robust to load that comes and goes
+//   run_cpu_us, barrier_cpu_us   process CPU µs per run / per round trip
+//   run_cores                    run_cpu_us / run_us: how many cores a run keeps busy on average
+//                                (with more replicas than cores, values near the core count while
+//                                the run itself gets slower mean spinning rather than sleeping)
+//   idle_cores                   process CPU / wall over 50 ms with nothing running, after the
+//                                loop: ~0 unless idle replica threads (or barrier threads) spin
+#include <benchmark/benchmark.h>
+
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <mirrored/mirrored.hpp>
+
+namespace {
+
+using mirrored::MirroredStrategy;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kBatch = 64;
+
+MirroredStrategy& strategy_for(int n) {
+  static std::map<int, std::unique_ptr<MirroredStrategy>> cache;
+  auto& s = cache[n];
+  if (!s) {
+    std::vector<std::string> devices;
+    for (int r = 0; r < n; ++r) devices.push_back("CPU:" + std::to_string(r));
+    s = std::make_unique<MirroredStrategy>(devices);
+  }
+  return *s;
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// N workers + the caller on one barrier; round_trip() = dispatch + completion, like run.
+class BarrierPool {
+ public:
+  explicit BarrierPool(int n) : barrier_(n + 1) {
+    for (int i = 0; i < n; ++i) {
+      threads_.emplace_back([this] {
+        while (true) {
+          barrier_.arrive_and_wait();  // dispatch
+          if (stop_.load(std::memory_order_relaxed)) return;
+          barrier_.arrive_and_wait();  // completion
+        }
+      });
+    }
+  }
+  ~BarrierPool() {
+    stop_.store(true, std::memory_order_relaxed);
+    barrier_.arrive_and_wait();  // workers see stop_ after this phase and leave
+    for (auto& t : threads_) t.join();
+  }
+  void round_trip() {
+    barrier_.arrive_and_wait();
+    barrier_.arrive_and_wait();
+  }
+
+ private:
+  std::barrier<> barrier_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+void BM_RunOverhead(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  MirroredStrategy& strategy = strategy_for(n);
+  BarrierPool barrier(n);
+  auto empty = [] {};
+
+  for (int i = 0; i < kBatch; ++i) strategy.run(empty);  // warm-up
+  for (int i = 0; i < kBatch; ++i) barrier.round_trip();
+
+  double run_wall = 0, run_cpu = 0, bar_wall = 0, bar_cpu = 0;
+  std::vector<double> paired;  // run batch / barrier batch, per iteration
+  int64_t iters = 0;
+  for (auto _ : state) {
+    double t_run = 0, t_bar = 0;
+    for (int k = 0; k < 2; ++k) {
+      const bool do_run = ((iters + k) % 2) == 0;
+      const double c0 = process_cpu_seconds();
+      const auto t0 = Clock::now();
+      if (do_run) {
+        for (int i = 0; i < kBatch; ++i) strategy.run(empty);
+      } else {
+        for (int i = 0; i < kBatch; ++i) barrier.round_trip();
+      }
+      const double wall = seconds(Clock::now() - t0);
+      const double cpu = process_cpu_seconds() - c0;
+      if (do_run) {
+        t_run = wall;
+        run_wall += wall;
+        run_cpu += cpu;
+      } else {
+        t_bar = wall;
+        bar_wall += wall;
+        bar_cpu += cpu;
+      }
+    }
+    paired.push_back(t_run / t_bar);
+    state.SetIterationTime(t_run);  // the Time column is one batch of kBatch runs; see run_us
+    ++iters;
+  }
+  // Idle check (not timed): after the last run every thread must block, not spin.
+  const double idle_c0 = process_cpu_seconds();
+  const auto idle_t0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const double idle_cores = (process_cpu_seconds() - idle_c0) / seconds(Clock::now() - idle_t0);
+  if (iters == 0) return;
+  const double calls = static_cast<double>(iters) * kBatch;
+  state.counters["run_us"] = run_wall / calls * 1e6;
+  state.counters["barrier_us"] = bar_wall / calls * 1e6;
+  state.counters["ratio"] = run_wall / bar_wall;
+  state.counters["ratio_med"] = median(paired);
+  state.counters["run_cpu_us"] = run_cpu / calls * 1e6;
+  state.counters["barrier_cpu_us"] = bar_cpu / calls * 1e6;
+  state.counters["run_cores"] = run_cpu / run_wall;
+  state.counters["idle_cores"] = idle_cores;
+  state.SetLabel("N=" + std::to_string(n));
+}
+
+BENCHMARK(BM_RunOverhead)
+    ->ArgName("replicas")
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->Arg(8)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
