@@ -7,6 +7,9 @@
 #include "spin.hpp"
 
 namespace mirrored::detail {
+namespace {
+constexpr double kMaxWaitSeconds = 1e9;  // ~32 years: "forever" without overflowing steady_clock
+}  // namespace
 
 const char* collective_kind_name(CollectiveKind kind) noexcept {
   switch (kind) {
@@ -127,10 +130,13 @@ void CollectiveGroup::arrive_and_wait(int replica, Phase phase, double timeout_s
     return;
   }
   lock.lock();
-  const auto timeout = std::chrono::duration<double>(timeout_seconds);
-  const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
-  auto warn_at = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                             std::chrono::duration<double>(stall_warn_s_));
+  // Capped so that huge or infinite timeouts cannot overflow the clock into the past.
+  auto after = [&](double seconds) {
+    return start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                       std::chrono::duration<double>(std::min(seconds, kMaxWaitSeconds)));
+  };
+  const auto deadline = after(timeout_seconds);
+  const auto warn_at = after(stall_warn_s_);
   bool warned = false;
   ++sleepers_;
   struct Leave {

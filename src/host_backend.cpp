@@ -30,6 +30,13 @@ void binary_loop(BinaryOp op, const T* a, bool a_scalar, const T* b, bool b_scal
       for (int64_t i = 0; i < n; ++i) {
         if constexpr (std::is_integral_v<T>) {
           MIRRORED_ENFORCE(b[i * sb] != 0, InvalidArgumentError, "div: integer division by zero at element ", i);
+          if constexpr (std::is_signed_v<T>) {
+            // MIN / -1 overflows (SIGFPE on x86); wrap like numpy does.
+            if (b[i * sb] == T(-1)) {
+              out[i] = static_cast<T>(-static_cast<std::make_unsigned_t<T>>(a[i * sa]));
+              continue;
+            }
+          }
         }
         out[i] = static_cast<T>(a[i * sa] / b[i * sb]);
       }

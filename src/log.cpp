@@ -1,5 +1,6 @@
 #include "mirrored/detail/log.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -53,7 +54,7 @@ double env_positive(const char* name, double fallback) {
   if (!env || !*env) return fallback;
   char* end = nullptr;
   const double v = std::strtod(env, &end);
-  if (end == env || *end != '\0' || !(v > 0)) {
+  if (end == env || *end != '\0' || !(v > 0) || !std::isfinite(v)) {
     MIRRORED_LOG(WARN, name, "='", env, "' is not a positive number; using ", fallback);
     return fallback;
   }

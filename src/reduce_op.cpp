@@ -13,7 +13,8 @@ ReduceOp parse_reduce_op(std::string_view s) {
   std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
   if (upper == "SUM") return ReduceOp::SUM;
   if (upper == "MEAN") return ReduceOp::MEAN;
-  throw InvalidArgumentError("'" + std::string(s) + "' is not a valid ReduceOp");
+  // TF parses ReduceOp(name.upper()), so its message shows the upper-cased name.
+  throw InvalidArgumentError("'" + upper + "' is not a valid ReduceOp");
 }
 
 const char* reduce_op_name(ReduceOp op) noexcept { return op == ReduceOp::SUM ? "SUM" : "MEAN"; }

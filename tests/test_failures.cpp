@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <limits>
 #include <thread>
 
 #include "harness.hpp"
@@ -74,6 +75,19 @@ TEST_P(FailureTest, MissingReplicaGivesDeadlineExceededNamingIt) {
   }
   auto ok = s.run([] { return get_replica_context()->all_reduce(ReduceOp::SUM, 1); });
   EXPECT_EQ(ok[0], n());
+}
+
+TEST_P(FailureTest, HugeAndInfiniteTimeoutsMeanWaitForever) {
+  MirroredStrategy s(cpus(n()));
+  for (double timeout : {1e12, std::numeric_limits<double>::infinity()}) {
+    auto out = s.run([&] {
+      if (id() == 0) std::this_thread::sleep_for(100ms);
+      CommunicationOptions o;
+      o.timeout_seconds = timeout;
+      return get_replica_context()->all_reduce(ReduceOp::SUM, 1, o);
+    });
+    EXPECT_EQ(out[n() - 1], n()) << timeout;
+  }
 }
 
 TEST_P(FailureTest, MergeCallUsesTheStrategyDeadline) {

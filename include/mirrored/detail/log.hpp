@@ -16,8 +16,8 @@ bool log_enabled(LogLevel level);
 /// Prints `[mirrored LEVEL] message` to stderr (one write, safe from any thread).
 void log_message(LogLevel level, const std::string& message);
 
-/// A positive number (seconds, megabytes, …) from environment variable `name`, else `fallback` (a malformed value is
-/// reported once with a warning).
+/// A positive number (seconds, megabytes, …) from environment variable `name`, else `fallback` (a malformed, negative or
+/// infinite value is reported with a warning).
 double env_positive(const char* name, double fallback);
 
 }  // namespace mirrored::detail
