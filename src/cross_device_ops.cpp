@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "mirrored/detail/packing.hpp"
 #include "mirrored/errors.hpp"
 
 namespace mirrored {
@@ -142,26 +143,37 @@ void InProcessAllReduce::all_reduce(ReduceOp op, detail::CollectiveStep& step) {
   }
   auto& host = detail::backend_for(cpu0);
   std::vector<const void*> ptrs(n);
-  const std::size_t num = step.outputs(me).size();
-  for (std::size_t i = 0; i < num; ++i) {
-    const detail::UntypedTensor& leaf = step.inputs(me)[i];
-    const std::size_t elem = dtype_size(leaf.dtype);
+  const auto& mine = step.inputs(me);
+  // A pack is one run of same-dtype tensors, seen as one virtual buffer: replica r reduces its
+  // slice of that buffer, however the tensors split it. Small tensors cost no extra collective
+  // and the work stays balanced.
+  for (const auto& pack : detail::plan_packs(mine, step.bytes_per_pack())) {
+    const DType dtype = mine[pack.front()].dtype;
+    const std::size_t elem = dtype_size(dtype);
+    int64_t total = 0;
+    for (std::size_t i : pack) total += mine[i].numel;
     // This replica's slice, whole cache lines, so replicas never write the same line.
     const int64_t align = static_cast<int64_t>(64 / elem);
-    const int64_t per = ((leaf.numel + n - 1) / n + align - 1) / align * align;
-    const int64_t lo = std::min(leaf.numel, per * me);
-    const int64_t hi = std::min(leaf.numel, lo + per);
+    const int64_t per = ((total + n - 1) / n + align - 1) / align * align;
+    const int64_t lo = std::min(total, per * me);
+    const int64_t hi = std::min(total, lo + per);
     // Blocks small enough that the sum is still in cache when it is copied to the other replicas.
     const int64_t block = static_cast<int64_t>(16384 / elem);
-    for (int64_t b = lo; b < hi; b += block) {
-      const int64_t len = std::min(block, hi - b);
-      for (int r = 0; r < n; ++r) ptrs[r] = static_cast<const unsigned char*>(step.inputs(r)[i].data()) + b * elem;
-      auto* first = static_cast<unsigned char*>(step.outputs(0)[i].data()) + b * elem;
-      host.sum_n(leaf.dtype, ptrs.data(), n, first, len);
-      if (op == ReduceOp::MEAN) host.divide(leaf.dtype, first, len, n);
-      for (int r = 1; r < n; ++r) {
-        std::memcpy(static_cast<unsigned char*>(step.outputs(r)[i].data()) + b * elem, first,
-                    static_cast<std::size_t>(len) * elem);
+    int64_t base = 0;
+    for (std::size_t i : pack) {
+      const int64_t begin = std::max(lo, base) - base;
+      const int64_t end = std::min(hi, base + mine[i].numel) - base;
+      base += mine[i].numel;
+      for (int64_t b = begin; b < end; b += block) {
+        const int64_t len = std::min(block, end - b);
+        for (int r = 0; r < n; ++r) ptrs[r] = static_cast<const unsigned char*>(step.inputs(r)[i].data()) + b * elem;
+        auto* first = static_cast<unsigned char*>(step.outputs(0)[i].data()) + b * elem;
+        host.sum_n(dtype, ptrs.data(), n, first, len);
+        if (op == ReduceOp::MEAN) host.divide(dtype, first, len, n);
+        for (int r = 1; r < n; ++r) {
+          std::memcpy(static_cast<unsigned char*>(step.outputs(r)[i].data()) + b * elem, first,
+                      static_cast<std::size_t>(len) * elem);
+        }
       }
     }
   }

@@ -92,11 +92,14 @@ void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::Unty
                                      const std::vector<detail::UntypedTensor>& out, const std::string& structure,
                                      const CommunicationOptions& options) {
   const double t = timeout(options);
+  MIRRORED_ENFORCE(options.bytes_per_pack >= 0, InvalidArgumentError,
+                   "CommunicationOptions::bytes_per_pack must be >= 0, got ", options.bytes_per_pack);
   const detail::CollectiveStep::Buffers mine{&in, &out, &structure};
   CrossDeviceOps& ops = *strategy_->cross_device_ops_;
   const int n = num_replicas_in_sync();
   if (n == 1) {
     detail::CollectiveStep solo(mine, t);
+    solo.set_bytes_per_pack(options.bytes_per_pack);
     ops.all_reduce(op, solo);
     return;
   }
@@ -105,6 +108,7 @@ void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::Unty
   inside_collective(group, replica_id_, [&] {
     validate_all_reduce(n, group);
     detail::CollectiveStep step(group, replica_id_, t);
+    step.set_bytes_per_pack(options.bytes_per_pack);
     ops.all_reduce(op, step);
     step.sync();  // nobody's buffers go away while another replica still reads them
   });

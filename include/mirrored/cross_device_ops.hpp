@@ -45,6 +45,10 @@ class CollectiveStep {
     if (group_) group_->sync(replica_, timeout_s_);
   }
   double timeout_seconds() const noexcept { return timeout_s_; }
+  /// `CommunicationOptions::bytes_per_pack` of this collective: inputs are reduced in packs of
+  /// about this many bytes (0: one pack per run of same-dtype tensors); see `plan_packs`.
+  int64_t bytes_per_pack() const noexcept { return bytes_per_pack_; }
+  void set_bytes_per_pack(int64_t bytes) noexcept { bytes_per_pack_ = bytes; }
 
  private:
   const Buffers& posted(int r) const {
@@ -54,6 +58,7 @@ class CollectiveStep {
   const Buffers* solo_ = nullptr;
   int replica_ = 0;
   double timeout_s_;
+  int64_t bytes_per_pack_ = 0;
 };
 
 }  // namespace detail

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "mirrored/communication_options.hpp"
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/detail/collective_group.hpp"
 #include "mirrored/detail/nest.hpp"
@@ -28,6 +29,8 @@ namespace mirrored {
 
 class Strategy;
 class ReplicaContext;
+template <class T>
+class Variable;
 
 namespace detail {
 class ReplicaPool;
@@ -93,9 +96,45 @@ class StrategyExtended {
   /// Sets that default. \throws InvalidArgumentError unless `seconds` > 0.
   void set_collective_timeout_seconds(double seconds);
 
+  // The variable-level API below is defined in <mirrored/strategy_extended.hpp>.
+
+  /// True when `v` was created in this strategy's scope (or run).
+  template <class T>
+  bool variable_created_in_scope(const Variable<T>& v) const noexcept;
+
+  /// Calls `fn(component, args_r...)` once per replica copy of `var`, in replica order, on the
+  /// calling thread, where `component` is a `Variable<T>&` naming that copy alone (writes
+  /// through it bypass aggregation) and `args_r` are the replica's components of distributed
+  /// arguments. Returns a `PerReplica` of the results, or nothing. \throws
+  /// FailedPreconditionError in replica context or for a variable of another strategy.
+  template <class T, class Fn, class... Args>
+  auto update(const Variable<T>& var, Fn&& fn, Args&&... args);
+
+  /// Reduces `value` (one tensor per replica) onto every device of `destinations`' copies.
+  /// \throws FailedPreconditionError in replica context; InvalidArgumentError on mismatched shapes.
+  template <class T>
+  Mirrored<Tensor<T>> reduce_to(ReduceOp op, const PerReplica<Tensor<T>>& value, const Variable<T>& destinations,
+                                const CommunicationOptions& options = {});
+  /// Reduces `value` onto one device.
+  template <class T>
+  Tensor<T> reduce_to(ReduceOp op, const PerReplica<Tensor<T>>& value, const Device& destination,
+                      const CommunicationOptions& options = {});
+
+  /// `reduce_to` of many values at once, packed into reductions of about
+  /// `options.bytes_per_pack` bytes (0: one) so that many small tensors cost few reductions.
+  template <class T>
+  std::vector<Mirrored<Tensor<T>>> batch_reduce_to(
+      ReduceOp op, const std::vector<std::pair<PerReplica<Tensor<T>>, Variable<T>>>& value_destination_pairs,
+      const CommunicationOptions& options = {});
+
  private:
   friend class Strategy;
   explicit StrategyExtended(Strategy& s) : s_(s) {}
+  // Reduces value i (one tensor per replica, `values[i][r]`) into host tensors, in packs.
+  std::vector<detail::UntypedTensor> batch_reduce_flat(ReduceOp op,
+                                                       const std::vector<std::vector<detail::UntypedTensor>>& values,
+                                                       int64_t bytes_per_pack);
+  void require_cross_replica(const char* method) const;
   Strategy& s_;
 };
 

@@ -1,0 +1,284 @@
+#pragma once
+/// \file
+/// Optimizers (`SGD`, `Adam`) that aggregate gradients across replicas. Called inside
+/// `Strategy::run`, `apply_gradients` all-reduces the gradients (SUM, packed into few
+/// collectives) and every replica applies the same update to its own copy of each variable, so
+/// mirrored variables stay identical. Called outside any strategy it updates plain variables.
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mirrored/communication_options.hpp"
+#include "mirrored/errors.hpp"
+#include "mirrored/replica_context.hpp"
+#include "mirrored/tensor.hpp"
+#include "mirrored/variable.hpp"
+
+namespace mirrored::optimizers {
+
+/// Gradients and the variables they belong to.
+template <class T>
+using GradsAndVars = std::vector<std::pair<Tensor<T>, Variable<T>>>;
+
+/// What every optimizer shares: gradient aggregation, slot variables, the step counter.
+template <class T>
+class Optimizer {
+  static_assert(std::is_floating_point_v<T>, "optimizers update floating-point variables");
+
+ public:
+  virtual ~Optimizer() = default;
+
+  /// Options of the gradient all-reduce (e.g. `bytes_per_pack`, `timeout_seconds`).
+  CommunicationOptions communication;
+  /// True (default): all gradients in one packed all-reduce. False: one all-reduce per gradient
+  /// (for comparison and debugging; same result).
+  bool pack_gradients = true;
+
+  /// Applies one update. Inside `run` every replica must call it with gradients of the same
+  /// variables in the same order. \throws InvalidArgumentError when a gradient's shape differs
+  /// from its variable's; FailedPreconditionError for distributed variables in cross-replica
+  /// context (call it inside `run`) or variables of different strategies.
+  void apply_gradients(const GradsAndVars<T>& grads_and_vars);
+
+  /// Creates the slot variables of `vars` now (in the current scope) instead of at the first
+  /// `apply_gradients`. Optional.
+  void build(const std::vector<Variable<T>>& vars);
+
+  /// Number of updates applied (as seen by the calling replica).
+  int64_t iterations() const;
+
+  /// The slot `slot_name` (e.g. "momentum", "m", "v") of `var`. \throws NotFoundError if absent.
+  Variable<T> get_slot(const Variable<T>& var, const std::string& slot_name) const;
+
+ protected:
+  /// Slot names this optimizer keeps per variable.
+  virtual std::vector<std::string> slot_names() const = 0;
+  /// Computes the new value of one copy of a variable (and of its slots, in place) on host memory.
+  /// `step` is the 1-based update count.
+  virtual void update(T* value, const T* grad, std::vector<T*>& slots, int64_t count, int64_t step) = 0;
+
+ private:
+  struct Slots {
+    std::vector<Variable<T>> vars;
+  };
+  const Slots& slots_for(const Variable<T>& var);
+  void apply_to_copy(const Variable<T>& var, std::size_t r, const Tensor<T>& grad, int64_t step);
+
+  mutable std::mutex mu_;
+  std::map<const void*, Slots> slots_;  // keyed by the variable's state
+  std::shared_ptr<Variable<int64_t>> iterations_;
+};
+
+/// Options of `SGD` (Keras' defaults).
+struct SGDOptions {
+  double learning_rate = 0.01;
+  double momentum = 0.0;
+  bool nesterov = false;
+};
+
+/// Stochastic gradient descent with optional (Nesterov) momentum, as Keras defines it:
+/// `velocity = momentum * velocity - lr * g`; `w += velocity` (Nesterov:
+/// `w += momentum * velocity - lr * g`); without momentum `w -= lr * g`.
+template <class T = float>
+class SGD : public Optimizer<T> {
+ public:
+  /// \throws InvalidArgumentError for a negative learning rate or a momentum outside [0, 1].
+  explicit SGD(SGDOptions o = {}) : o_(o) {
+    MIRRORED_ENFORCE(o.learning_rate >= 0, InvalidArgumentError, "SGD: learning_rate must be >= 0, got ", o.learning_rate);
+    MIRRORED_ENFORCE(o.momentum >= 0 && o.momentum <= 1, InvalidArgumentError, "SGD: momentum must be in [0, 1], got ",
+                     o.momentum);
+  }
+  const SGDOptions& options() const noexcept { return o_; }
+
+ protected:
+  std::vector<std::string> slot_names() const override {
+    return o_.momentum > 0 ? std::vector<std::string>{"momentum"} : std::vector<std::string>{};
+  }
+  void update(T* w, const T* g, std::vector<T*>& slots, int64_t n, int64_t) override {
+    const T lr = static_cast<T>(o_.learning_rate), m = static_cast<T>(o_.momentum);
+    if (slots.empty()) {
+      for (int64_t i = 0; i < n; ++i) w[i] -= lr * g[i];
+      return;
+    }
+    T* v = slots[0];
+    for (int64_t i = 0; i < n; ++i) {
+      v[i] = m * v[i] - lr * g[i];
+      w[i] += o_.nesterov ? m * v[i] - lr * g[i] : v[i];
+    }
+  }
+
+ private:
+  SGDOptions o_;
+};
+
+/// Options of `Adam` (Keras' defaults).
+struct AdamOptions {
+  double learning_rate = 0.001;
+  double beta_1 = 0.9;
+  double beta_2 = 0.999;
+  double epsilon = 1e-7;
+};
+
+/// Adam, as Keras defines it: `m += (g - m)(1 - β1)`, `v += (g² - v)(1 - β2)`,
+/// `w -= lr·√(1-β2^t)/(1-β1^t) · m / (√v + ε)`.
+template <class T = float>
+class Adam : public Optimizer<T> {
+ public:
+  /// \throws InvalidArgumentError for a negative learning rate or epsilon, or betas outside [0, 1).
+  explicit Adam(AdamOptions o = {}) : o_(o) {
+    MIRRORED_ENFORCE(o.learning_rate >= 0 && o.epsilon >= 0, InvalidArgumentError,
+                     "Adam: learning_rate and epsilon must be >= 0, got ", o.learning_rate, " and ", o.epsilon);
+    MIRRORED_ENFORCE(o.beta_1 >= 0 && o.beta_1 < 1 && o.beta_2 >= 0 && o.beta_2 < 1, InvalidArgumentError,
+                     "Adam: beta_1 and beta_2 must be in [0, 1), got ", o.beta_1, " and ", o.beta_2);
+  }
+  const AdamOptions& options() const noexcept { return o_; }
+
+ protected:
+  std::vector<std::string> slot_names() const override { return {"m", "v"}; }
+  void update(T* w, const T* g, std::vector<T*>& slots, int64_t n, int64_t step) override {
+    const double t = static_cast<double>(step);
+    const T lr = static_cast<T>(o_.learning_rate * std::sqrt(1 - std::pow(o_.beta_2, t)) / (1 - std::pow(o_.beta_1, t)));
+    const T b1 = static_cast<T>(1 - o_.beta_1), b2 = static_cast<T>(1 - o_.beta_2), eps = static_cast<T>(o_.epsilon);
+    T* m = slots[0];
+    T* v = slots[1];
+    for (int64_t i = 0; i < n; ++i) {
+      m[i] += (g[i] - m[i]) * b1;
+      v[i] += (g[i] * g[i] - v[i]) * b2;
+      w[i] -= lr * m[i] / (std::sqrt(v[i]) + eps);
+    }
+  }
+
+ private:
+  AdamOptions o_;
+};
+
+// ---------------------------------------------------------------------------------------------
+
+template <class T>
+const typename Optimizer<T>::Slots& Optimizer<T>::slots_for(const Variable<T>& var) {
+  const void* key = &detail::VariableAccess::state(var);
+  {
+    std::lock_guard lock(mu_);
+    auto it = slots_.find(key);
+    if (it != slots_.end()) return it->second;
+  }
+  // Created like any variable: in the variable's strategy (once, shared, when inside run).
+  Slots s;
+  for (const auto& slot : slot_names()) {
+    VariableOptions o;
+    o.name = var.name() + "/" + slot;
+    o.trainable = false;
+    s.vars.emplace_back(Tensor<T>::zeros(var.shape()), o);
+  }
+  std::lock_guard lock(mu_);
+  return slots_.emplace(key, std::move(s)).first->second;  // first replica to get here wins
+}
+
+template <class T>
+void Optimizer<T>::build(const std::vector<Variable<T>>& vars) {
+  for (const auto& v : vars) slots_for(v);
+  {
+    std::lock_guard lock(mu_);
+    if (iterations_) return;
+  }
+  // Created outside the lock: inside run every replica takes part in creating it.
+  VariableOptions o;
+  o.name = "iterations";
+  o.trainable = false;
+  o.aggregation = VariableAggregation::ONLY_FIRST_REPLICA;
+  auto created = std::make_shared<Variable<int64_t>>(int64_t{0}, o);
+  std::lock_guard lock(mu_);
+  if (!iterations_) iterations_ = std::move(created);
+}
+
+template <class T>
+int64_t Optimizer<T>::iterations() const {
+  std::lock_guard lock(mu_);
+  return iterations_ ? iterations_->value().item() : 0;
+}
+
+template <class T>
+Variable<T> Optimizer<T>::get_slot(const Variable<T>& var, const std::string& slot_name) const {
+  std::lock_guard lock(mu_);
+  auto it = slots_.find(&detail::VariableAccess::state(var));
+  const auto names = slot_names();
+  for (std::size_t i = 0; it != slots_.end() && i < names.size(); ++i)
+    if (names[i] == slot_name) return it->second.vars[i];
+  throw NotFoundError("optimizer has no slot '" + slot_name + "' for variable '" + var.name() + "'");
+}
+
+template <class T>
+void Optimizer<T>::apply_to_copy(const Variable<T>& var, std::size_t r, const Tensor<T>& grad, int64_t step) {
+  const Slots& s = slots_for(var);
+  auto& state = detail::VariableAccess::state(var);
+  const Tensor<T> current = state.get(r);
+  const Device device = current.device();
+  // Host math on a fresh copy: readers holding the old value keep it.
+  Tensor<T> w = current.to(cpu0);
+  const Tensor<T> g = grad.device().is_host() ? grad : grad.to(cpu0);
+  std::vector<Tensor<T>> slot_values;
+  std::vector<T*> slot_ptrs;
+  for (const auto& sv : s.vars) {
+    slot_values.push_back(detail::VariableAccess::state(sv).get(r).to(cpu0));
+    slot_ptrs.push_back(slot_values.back().data());
+  }
+  update(w.data(), g.data(), slot_ptrs, w.numel(), step);
+  detail::VariableAccess::set_component(var, r, device.is_host() ? w : w.to(device));
+  for (std::size_t k = 0; k < s.vars.size(); ++k) {
+    const Device sd = detail::VariableAccess::state(s.vars[k]).get(r).device();
+    detail::VariableAccess::set_component(s.vars[k], r, sd.is_host() ? slot_values[k] : slot_values[k].to(sd));
+  }
+}
+
+template <class T>
+void Optimizer<T>::apply_gradients(const GradsAndVars<T>& grads_and_vars) {
+  std::vector<Tensor<T>> grads;
+  std::vector<Variable<T>> vars;
+  for (const auto& [g, v] : grads_and_vars) {
+    if (g.shape() != v.shape()) {
+      throw InvalidArgumentError("apply_gradients: gradient of shape " + detail::format_shape(g.shape()) +
+                                 " for variable '" + v.name() + "' of shape " + detail::format_shape(v.shape()));
+    }
+    grads.push_back(g);
+    vars.push_back(v);
+  }
+  if (vars.empty()) return;
+  Strategy* owner = vars[0].strategy();
+  for (const auto& v : vars) {
+    MIRRORED_ENFORCE(v.strategy() == owner, FailedPreconditionError,
+                     "Mixing different tf.distribute.Strategy objects: apply_gradients got variables '", vars[0].name(),
+                     "' and '", v.name(), "' of different strategies");
+  }
+  build(vars);
+  int replica = 0;
+  if (owner) {
+    const auto place = detail::locate_variable(owner, vars[0].name(), "apply_gradients", true);
+    MIRRORED_ENFORCE(place.replica_context, FailedPreconditionError, "apply_gradients on variables of ", owner->name(),
+                     " must be called inside its run (in replica context), where gradients are all-reduced");
+    replica = place.replica;
+    ReplicaContext* ctx = get_replica_context();
+    if (pack_gradients) {
+      grads = ctx->all_reduce(ReduceOp::SUM, grads, communication);
+    } else {
+      for (auto& g : grads) g = ctx->all_reduce(ReduceOp::SUM, g, communication);
+    }
+  }
+  const auto r = static_cast<std::size_t>(replica);
+  std::shared_ptr<Variable<int64_t>> iterations;
+  {
+    std::lock_guard lock(mu_);
+    iterations = iterations_;
+  }
+  auto& counter = detail::VariableAccess::state(*iterations);
+  const int64_t step = counter.get(r).item() + 1;
+  for (std::size_t i = 0; i < vars.size(); ++i) apply_to_copy(vars[i], r, grads[i], step);
+  detail::VariableAccess::set_component(*iterations, r, Tensor<int64_t>::scalar(step, counter.get(r).device()));
+}
+
+}  // namespace mirrored::optimizers
