@@ -1,5 +1,5 @@
 # Convenience wrapper around the CMake presets (see CMakePresets.json).
-#   make demo   - release build, run the quickstart example
+#   make demo   - release build, run the main example (train_digits)
 #   make test   - debug build + full ctest run
 #   make asan   - AddressSanitizer/UBSan build + ctest
 #   make tsan   - ThreadSanitizer build + ctest
@@ -19,7 +19,7 @@ deps:
 demo: deps
 	cmake --preset release
 	cmake --build --preset release -j$(JOBS)
-	./build/release/quickstart
+	./build/release/train_digits
 
 test: deps
 	cmake --preset debug

@@ -2,6 +2,10 @@
 # Installs the Debian packages needed to build and test mirrored.
 # Idempotent: only missing packages are installed, and `apt-get update` only
 # runs when something is missing. Uses sudo only when not running as root.
+#
+# Then, best effort (never failing the script): Python's `safetensors` and
+# `numpy` packages from PyPI, which the checkpoint tests use to check that our
+# files load in Python (those tests skip when the packages are unavailable).
 set -euo pipefail
 
 packages=(
@@ -20,35 +24,64 @@ is_installed() {
   dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'
 }
 
-missing=()
-for pkg in "${packages[@]}"; do
-  if ! is_installed "$pkg"; then
-    missing+=("$pkg")
+install_debian_packages() {
+  local missing=()
+  local pkg
+  for pkg in "${packages[@]}"; do
+    if ! is_installed "$pkg"; then
+      missing+=("$pkg")
+    fi
+  done
+
+  if [ "${#missing[@]}" -eq 0 ]; then
+    echo "install-deps: all build dependencies are already installed"
+    return 0
   fi
-done
 
-if [ "${#missing[@]}" -eq 0 ]; then
-  echo "install-deps: all build dependencies are already installed"
-  exit 0
-fi
-
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "install-deps: missing packages (${missing[*]}) and apt-get is not available" >&2
-  exit 1
-fi
-
-SUDO=()
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then
-    SUDO=(sudo)
-  else
-    echo "install-deps: need root or sudo to install: ${missing[*]}" >&2
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-deps: missing packages (${missing[*]}) and apt-get is not available" >&2
     exit 1
   fi
-fi
 
-echo "install-deps: installing: ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-"${SUDO[@]}" apt-get update
-"${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
-echo "install-deps: done"
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo=(sudo)
+    else
+      echo "install-deps: need root or sudo to install: ${missing[*]}" >&2
+      exit 1
+    fi
+  fi
+
+  echo "install-deps: installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update
+  "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
+  echo "install-deps: done"
+}
+
+# Best effort: python3 + safetensors + numpy for the checkpoint interop tests.
+install_python_safetensors() {
+  if ! command -v python3 >/dev/null 2>&1; then
+    echo "install-deps: no python3; the Python safetensors checks will be skipped"
+    return 0
+  fi
+  if python3 -c 'import safetensors.numpy, numpy' >/dev/null 2>&1; then
+    echo "install-deps: python3 has safetensors and numpy"
+    return 0
+  fi
+  echo "install-deps: installing safetensors and numpy for python3 (best effort)"
+  local limit=()
+  if command -v timeout >/dev/null 2>&1; then limit=(timeout 300); fi
+  if "${limit[@]}" python3 -m pip install --quiet --disable-pip-version-check \
+       --timeout 30 --retries 2 safetensors numpy </dev/null \
+     && python3 -c 'import safetensors.numpy, numpy' >/dev/null 2>&1; then
+    echo "install-deps: python3 safetensors installed"
+  else
+    echo "install-deps: could not install safetensors for python3; the Python safetensors checks will be skipped"
+  fi
+  return 0
+}
+
+install_debian_packages
+install_python_safetensors || true
