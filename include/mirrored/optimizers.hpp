@@ -216,23 +216,26 @@ Variable<T> Optimizer<T>::get_slot(const Variable<T>& var, const std::string& sl
 template <class T>
 void Optimizer<T>::apply_to_copy(const Variable<T>& var, std::size_t r, const Tensor<T>& grad, int64_t step) {
   const Slots& s = slots_for(var);
-  auto& state = detail::VariableAccess::state(var);
-  const Tensor<T> current = state.get(r);
-  const Device device = current.device();
-  // Host math on a fresh copy: readers holding the old value keep it.
-  Tensor<T> w = current.to(cpu0);
+  // Copy-on-write: a host copy nobody else holds is updated in place; one that a reader still
+  // holds (a value() snapshot) is left alone and replaced by an updated copy.
+  auto writable = [r](const Variable<T>& v) {
+    Tensor<T> t = detail::VariableAccess::state(v).take(r);
+    const bool in_place = t.device().is_host() && detail::TensorAccess::unique(t);
+    return std::make_pair(in_place ? t : t.to(cpu0), t.device());
+  };
+  auto [w, device] = writable(var);
   const Tensor<T> g = grad.device().is_host() ? grad : grad.to(cpu0);
-  std::vector<Tensor<T>> slot_values;
+  std::vector<std::pair<Tensor<T>, Device>> slot_values;
   std::vector<T*> slot_ptrs;
   for (const auto& sv : s.vars) {
-    slot_values.push_back(detail::VariableAccess::state(sv).get(r).to(cpu0));
-    slot_ptrs.push_back(slot_values.back().data());
+    slot_values.push_back(writable(sv));
+    slot_ptrs.push_back(slot_values.back().first.data());
   }
   update(w.data(), g.data(), slot_ptrs, w.numel(), step);
   detail::VariableAccess::set_component(var, r, device.is_host() ? w : w.to(device));
   for (std::size_t k = 0; k < s.vars.size(); ++k) {
-    const Device sd = detail::VariableAccess::state(s.vars[k]).get(r).device();
-    detail::VariableAccess::set_component(s.vars[k], r, sd.is_host() ? slot_values[k] : slot_values[k].to(sd));
+    const auto& [value, sd] = slot_values[k];
+    detail::VariableAccess::set_component(s.vars[k], r, sd.is_host() ? value : value.to(sd));
   }
 }
 

@@ -79,6 +79,12 @@ struct VariableState {
     std::lock_guard lock(mu);
     components[r] = std::move(t);
   }
+  /// Takes copy `r` out (leaving an empty tensor until `set`), so that a caller holding the only
+  /// handle may update it in place.
+  Tensor<T> take(std::size_t r) {
+    std::lock_guard lock(mu);
+    return std::exchange(components[r], Tensor<T>());
+  }
 };
 
 struct VariableAccess;

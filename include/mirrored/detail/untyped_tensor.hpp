@@ -27,6 +27,11 @@ struct TensorAccess {
   static UntypedTensor erase(const Tensor<T>& t) {
     return UntypedTensor{dtype_of<T>(), t.shape_, t.numel_, t.storage_};
   }
+  /// True when `t` is the only handle on its storage (so it may be updated in place).
+  template <class T>
+  static bool unique(const Tensor<T>& t) noexcept {
+    return t.storage_ && t.storage_.use_count() == 1;
+  }
   template <class T>
   static Tensor<T> restore(const UntypedTensor& u) {
     Tensor<T> t;
