@@ -29,17 +29,18 @@ struct Args {
 };
 
 [[noreturn]] void usage(const std::string& error) {
-  std::cerr << "train_digits: " << error << "\n"
+  const bool help = error.empty();
+  (help ? std::cout : std::cerr) << (help ? "" : "train_digits: " + error + "\n")
             << "usage: train_digits [--devices CPU:0,CPU:1] [--epochs N] [--global-batch N] [--optimizer sgd|adam]\n"
             << "                    [--learning-rate X] [--seed N] [--data PATH] [--save PATH]\n";
-  std::exit(2);
+  std::exit(help ? 0 : 2);
 }
 
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") usage("trains the digits MLP");
+    if (flag == "--help" || flag == "-h") usage("");
     if (i + 1 >= argc) usage("missing value after " + flag);
     const std::string v = argv[++i];
     try {
