@@ -22,6 +22,7 @@
 #include "mirrored/device.hpp"
 #include "mirrored/distributed_values.hpp"
 #include "mirrored/errors.hpp"
+#include "mirrored/input_options.hpp"
 #include "mirrored/reduce_op.hpp"
 #include "mirrored/tensor.hpp"
 
@@ -29,6 +30,12 @@ namespace mirrored {
 
 class Strategy;
 class ReplicaContext;
+template <class E>
+class DistributedDataset;  // distributed_dataset.hpp
+namespace data {
+template <class E>
+class Dataset;  // data/dataset.hpp
+}  // namespace data
 template <class T>
 class Variable;
 
@@ -204,6 +211,19 @@ class Strategy {
   /// thread, and returns the results as a `PerReplica`.
   template <class Fn>
   auto experimental_distribute_values_from_function(Fn value_fn);
+
+  /// Distributes `ds`, whose elements are global batches, over the replicas: each step gives
+  /// every replica its slice of the next global batch (split rule `o.rebatch_policy`), prepared
+  /// ahead on a background thread. Defined in distributed_dataset.hpp (see docs/data.md).
+  /// \throws InvalidArgumentError for unbatched (rank-0) elements with several replicas, bad
+  /// `o`, or a FILE auto-shard policy that cannot be applied.
+  template <class E>
+  DistributedDataset<E> experimental_distribute_dataset(data::Dataset<E> ds, InputOptions o = {});
+  /// Calls `dataset_fn(const InputContext&)` per input pipeline (worker, or replica under
+  /// PER_REPLICA) and deals its elements whole to the replicas, without rebatching or sharding.
+  /// Returns a `DistributedDataset`. Defined in distributed_dataset.hpp.
+  template <class Fn>
+  auto distribute_datasets_from_function(Fn dataset_fn, InputOptions o = {});
 
  protected:
   Strategy(std::vector<Device> devices, std::shared_ptr<CrossDeviceOps> cross_device_ops);

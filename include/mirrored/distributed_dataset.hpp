@@ -1,0 +1,287 @@
+#pragma once
+/// \file
+/// Distributed input: `DistributedDataset<E>` and `DistributedIterator<E>` (what
+/// `Strategy::experimental_distribute_dataset` and `Strategy::distribute_datasets_from_function`
+/// return), and the definitions of those two `Strategy` methods.
+
+#include <cstddef>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "mirrored/data/dataset.hpp"
+#include "mirrored/data/prefetch.hpp"
+#include "mirrored/data/step_sources.hpp"
+#include "mirrored/distributed_values.hpp"
+#include "mirrored/errors.hpp"
+#include "mirrored/input_options.hpp"
+#include "mirrored/strategy.hpp"
+
+namespace mirrored {
+
+template <class E>
+class DistributedDataset;
+
+namespace data::detail {
+
+/// Everything a distributed dataset needs to start a pass; shared by its copies and iterators.
+template <class E>
+struct DistributedState {
+  std::function<StepFn<E>()> open;       // a new pass: the step function of a fresh source
+  std::vector<TensorSpec> replica_spec;  // per-replica element spec (components)
+  std::size_t num_local_replicas = 1;
+  int buffer_size = 1;  // steps kept ready (0: none, no thread)
+};
+
+/// \throws InvalidArgumentError for a negative buffer size, or PER_REPLICA when `from_function`
+/// is false.
+void check_input_options(const InputOptions& o, bool from_function);
+/// \throws InvalidArgumentError unless `num_workers >= 1`, `0 <= worker_index < num_workers`
+/// and there is at least one local replica.
+void check_workers(int num_workers, int worker_index, std::size_t local_replicas);
+
+/// The auto-shard decision for one worker.
+struct ShardPlan {
+  OpenContext ctx;              // file / hint sharding applied when the worker's pass is opened
+  bool keep_own_slices = true;  // DATA: keep this worker's slices of every global batch
+};
+/// Applies the dataset's `AutoShardPolicy` for worker `worker_index` of `num_workers` (one worker:
+/// nothing to shard). \throws InvalidArgumentError under FILE when the dataset reads no files or
+/// fewer files than there are workers.
+ShardPlan resolve_sharding(const GraphInfo& info, int num_workers, int worker_index);
+/// \throws InvalidArgumentError when the elements are known to be rank-0 and `num_slices > 1`.
+void check_spec_splittable(const std::vector<TensorSpec>& spec, int num_slices);
+/// Each replica's element spec after the split: the first dimension becomes `G / N` when every
+/// slice is known to have that size (`batch(G, drop_remainder=true)` with N dividing G), else -1.
+std::vector<TensorSpec> per_replica_spec(std::vector<TensorSpec> spec, const GraphInfo& info, int num_slices);
+
+/// The internal entry point of `experimental_distribute_dataset`: `devices` are this worker's
+/// replicas (R of them); `num_workers` input workers with R replicas each consume a step together
+/// (N = W*R replicas in sync); this process is `worker_index`. Strategies with one worker pass (1, 0).
+template <class E>
+DistributedDataset<E> distribute_dataset(const Dataset<E>& ds, std::vector<Device> devices, int num_workers,
+                                         int worker_index, const InputOptions& o) {
+  check_input_options(o, false);
+  check_workers(num_workers, worker_index, devices.size());
+  const NodePtr<E>& node = ds.node();
+  const int n = num_workers * static_cast<int>(devices.size());
+  const ShardPlan shard = resolve_sharding(node->info(), num_workers, worker_index);
+  if (n > 1) check_spec_splittable(node->spec(), n);
+
+  SplitPlan plan;
+  plan.num_workers = num_workers;
+  plan.worker_index = worker_index;
+  plan.devices = std::move(devices);
+  plan.fetch_to_device = o.experimental_fetch_to_device;
+  plan.policy = o.rebatch_policy;
+  plan.global_batch = node->info().batch_size;
+  plan.keep_own_slices = shard.keep_own_slices;
+  plan.pass_through = n == 1;
+
+  auto state = std::make_shared<DistributedState<E>>();
+  state->replica_spec = per_replica_spec(node->spec(), node->info(), n);
+  state->num_local_replicas = plan.devices.size();
+  state->buffer_size = o.experimental_per_replica_buffer_size;
+  state->open = [node, ctx = shard.ctx, plan] {
+    auto source = std::make_shared<RebatchSource<E>>(node->open(ctx), plan);
+    return StepFn<E>([source] { return source->next_step(); });
+  };
+  return DistributedDataset<E>(std::move(state));
+}
+
+template <class X>
+inline constexpr bool is_dataset_v = false;
+template <class E>
+inline constexpr bool is_dataset_v<Dataset<E>> = true;
+
+/// The internal entry point of `distribute_datasets_from_function` (arguments as
+/// `distribute_dataset`). PER_WORKER: `fn` is called once, with
+/// `InputContext(num_workers, worker_index, N)`; PER_REPLICA: once per local replica r, with
+/// `InputContext(N, worker_index * R + r, N)`.
+template <class Fn>
+auto distribute_datasets_from_function(Fn& fn, std::vector<Device> devices, int num_workers, int worker_index,
+                                       const InputOptions& o) {
+  using DS = std::decay_t<std::invoke_result_t<Fn&, const InputContext&>>;
+  static_assert(is_dataset_v<DS>, "distribute_datasets_from_function: the function must return a data::Dataset");
+  using E = typename DS::element_type;
+  check_input_options(o, true);
+  check_workers(num_workers, worker_index, devices.size());
+  const int r_count = static_cast<int>(devices.size());
+  const int n = num_workers * r_count;
+  std::vector<NodePtr<E>> nodes;
+  if (o.experimental_replication_mode == InputReplicationMode::PER_WORKER) {
+    nodes.push_back(DS(fn(InputContext(num_workers, worker_index, n))).node());
+  } else {
+    for (int r = 0; r < r_count; ++r) nodes.push_back(DS(fn(InputContext(n, worker_index * r_count + r, n))).node());
+  }
+  auto state = std::make_shared<DistributedState<E>>();
+  state->replica_spec = nodes[0]->spec();
+  state->num_local_replicas = devices.size();
+  state->buffer_size = o.experimental_per_replica_buffer_size;
+  state->open = [nodes, devices = std::move(devices), fetch = o.experimental_fetch_to_device] {
+    std::vector<std::unique_ptr<Cursor<E>>> cursors;
+    for (const auto& node : nodes) cursors.push_back(node->open(OpenContext{}));
+    auto source = std::make_shared<FunctionSource<E>>(std::move(cursors), devices, fetch);
+    return StepFn<E>([source] { return source->next_step(); });
+  };
+  return DistributedDataset<E>(std::move(state));
+}
+
+}  // namespace data::detail
+
+/// An iterator over a distributed dataset (TF's `tf.distribute.DistributedIterator`): each step
+/// is a `PerReplica<E>` with one element per replica, on that replica's device. Unless the
+/// per-replica buffer size is 0, a background thread prepares the next steps (reads, slices and
+/// copies them) while the caller runs the current one; it is stopped and joined when the
+/// iterator is destroyed. Errors of the pipeline (a map function's exception, a missing file)
+/// are rethrown, with their type, by the call that would have returned the failed step; the pass
+/// is over after that. Move-only; use from one thread.
+template <class E>
+class DistributedIterator {
+ public:
+  using value_type = PerReplica<E>;
+  using difference_type = std::ptrdiff_t;
+  using iterator_concept = std::input_iterator_tag;
+
+  /// An iterator at the end.
+  DistributedIterator() = default;
+  DistributedIterator(DistributedIterator&&) noexcept = default;
+  DistributedIterator& operator=(DistributedIterator&&) noexcept = default;
+
+  /// The next step, or nullopt at the end. \throws what the input pipeline threw.
+  std::optional<PerReplica<E>> get_next_as_optional() {
+    if (fetched_) {
+      fetched_ = false;
+      return std::exchange(current_, std::nullopt);
+    }
+    return pull();
+  }
+  /// The next step. \throws OutOfRangeError ("End of sequence") at the end; what the input
+  /// pipeline threw.
+  PerReplica<E> get_next() {
+    std::optional<PerReplica<E>> step = get_next_as_optional();
+    MIRRORED_ENFORCE(step.has_value(), OutOfRangeError, "End of sequence");
+    return std::move(*step);
+  }
+  /// Per-replica element specs (as `DistributedDataset::element_spec`).
+  PerReplica<data::ElementSpec<E>> element_spec() const {
+    MIRRORED_ENFORCE(state_ != nullptr, FailedPreconditionError, "DistributedIterator: default-constructed");
+    return PerReplica<data::ElementSpec<E>>(std::vector<data::ElementSpec<E>>(
+        state_->num_local_replicas, data::detail::make_element_spec<E>(state_->replica_spec)));
+  }
+
+  /// The current step. \throws OutOfRangeError at the end.
+  const PerReplica<E>& operator*() const {
+    fetch();
+    MIRRORED_ENFORCE(current_.has_value(), OutOfRangeError, "End of sequence");
+    return *current_;
+  }
+  /// Moves past the current step (waiting for it first if nobody looked at it).
+  /// \throws what the input pipeline threw.
+  DistributedIterator& operator++() {
+    fetch();
+    fetched_ = false;
+    current_.reset();
+    return *this;
+  }
+  /// As prefix `++`.
+  void operator++(int) { ++*this; }
+  /// True at the end (waits for the next step to find out). \throws what the input pipeline threw.
+  friend bool operator==(const DistributedIterator& it, std::default_sentinel_t) {
+    it.fetch();
+    return !it.current_.has_value();
+  }
+
+ private:
+  friend class DistributedDataset<E>;
+  using Steps = data::detail::Prefetcher<std::vector<E>>;
+
+  explicit DistributedIterator(std::shared_ptr<const data::detail::DistributedState<E>> state)
+      : state_(std::move(state)) {
+    data::detail::StepFn<E> steps = state_->open();
+    if (state_->buffer_size > 0)
+      prefetcher_ = std::make_unique<Steps>(std::move(steps), state_->buffer_size);
+    else
+      direct_ = std::move(steps);
+  }
+
+  std::optional<PerReplica<E>> pull() const {
+    std::optional<std::vector<E>> step;
+    try {
+      if (prefetcher_)
+        step = prefetcher_->next();
+      else if (direct_)
+        step = direct_();
+    } catch (...) {
+      finish();
+      throw;
+    }
+    if (!step) {
+      finish();
+      return std::nullopt;
+    }
+    return PerReplica<E>(std::move(*step));
+  }
+  void finish() const {
+    prefetcher_.reset();  // stops and joins the background thread
+    direct_ = nullptr;
+  }
+  void fetch() const {
+    if (!fetched_) {
+      current_ = pull();
+      fetched_ = true;
+    }
+  }
+
+  std::shared_ptr<const data::detail::DistributedState<E>> state_;
+  mutable std::unique_ptr<Steps> prefetcher_;
+  mutable data::detail::StepFn<E> direct_;
+  mutable std::optional<PerReplica<E>> current_;
+  mutable bool fetched_ = false;
+};
+
+/// A dataset distributed over a strategy's replicas (TF's `tf.distribute.DistributedDataset`).
+/// Iterating it (range-for, or `begin()` and `get_next()`) yields one `PerReplica<E>` per step;
+/// each `begin()` starts a new pass (epoch). No further transformations can be applied. Cheap to
+/// copy (copies share the description).
+template <class E>
+class DistributedDataset {
+ public:
+  /// Wraps a state built by `data::detail::distribute_dataset` and friends.
+  explicit DistributedDataset(std::shared_ptr<const data::detail::DistributedState<E>> state)
+      : state_(std::move(state)) {}
+
+  /// A new pass, with its background thread started (it prepares the first steps right away).
+  DistributedIterator<E> begin() const { return DistributedIterator<E>(state_); }
+  /// The end sentinel of every pass.
+  std::default_sentinel_t end() const noexcept { return {}; }
+
+  /// What each replica receives per step (TF's `PerReplicaSpec`): one spec per local replica. The
+  /// first dimension is the per-replica batch size when it is the same in every step, else -1.
+  PerReplica<data::ElementSpec<E>> element_spec() const {
+    return PerReplica<data::ElementSpec<E>>(std::vector<data::ElementSpec<E>>(
+        state_->num_local_replicas, data::detail::make_element_spec<E>(state_->replica_spec)));
+  }
+
+ private:
+  std::shared_ptr<const data::detail::DistributedState<E>> state_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Strategy methods (declared in strategy.hpp).
+
+template <class E>
+DistributedDataset<E> Strategy::experimental_distribute_dataset(data::Dataset<E> ds, InputOptions o) {
+  return data::detail::distribute_dataset(ds, extended().worker_devices(), 1, 0, o);
+}
+
+template <class Fn>
+auto Strategy::distribute_datasets_from_function(Fn dataset_fn, InputOptions o) {
+  return data::detail::distribute_datasets_from_function(dataset_fn, extended().worker_devices(), 1, 0, o);
+}
+
+}  // namespace mirrored
