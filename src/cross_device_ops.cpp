@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "gpu_hooks.hpp"
+#include "gpu_registry.hpp"
+#include "mirrored/detail/ops_selection.hpp"
 #include "mirrored/detail/packing.hpp"
 #include "mirrored/errors.hpp"
 
@@ -19,6 +22,10 @@ void reduce_on_device(ReduceOp op, const std::vector<UntypedTensor>& per_replica
   ptrs.reserve(n);
   for (const auto& t : per_replica) {
     if (t.device() == device || (t.device().is_host() && device.is_host())) {
+      ptrs.push_back(t.data());
+    } else if (same_memory(t.device(), device)) {
+      // Another logical GPU of the same chip: its kernels' results are read in place.
+      backend_for(t.device()).synchronize();
       ptrs.push_back(t.data());
     } else {
       staged.push_back(make_untyped(t.dtype, t.shape, device));
@@ -71,8 +78,17 @@ void concat_into(const std::vector<const UntypedTensor*>& parts, int axis, const
 }
 
 std::shared_ptr<CrossDeviceOps> select_cross_device_ops(const std::vector<Device>& devices) {
-  const bool all_host = std::all_of(devices.begin(), devices.end(), [](const Device& d) { return d.is_host(); });
-  if (all_host) return std::make_shared<InProcessAllReduce>();
+  std::vector<ReplicaPlacement> placements;
+  placements.reserve(devices.size());
+  for (const Device& d : devices) {
+    placements.push_back(d.is_host() ? ReplicaPlacement{DeviceType::CPU, -1}
+                                     : ReplicaPlacement{DeviceType::GPU, logical_gpu_location(d.index()).first});
+  }
+  switch (choose_cross_device_ops(placements, nccl_compiled_in())) {
+    case CrossDeviceOpsChoice::in_process_all_reduce: return std::make_shared<InProcessAllReduce>();
+    case CrossDeviceOpsChoice::nccl_all_reduce: return std::make_shared<NcclAllReduce>();
+    case CrossDeviceOpsChoice::reduction_to_one_device: break;
+  }
   return std::make_shared<ReductionToOneDevice>();
 }
 
@@ -102,6 +118,8 @@ void ReductionToOneDevice::reduce(ReduceOp op, const std::vector<detail::Untyped
 }
 
 void ReductionToOneDevice::all_reduce(ReduceOp op, detail::CollectiveStep& step) {
+  // Logical GPUs sharing one chip: one kernel there reads every input and writes every output.
+  if (!reduce_to_device_ && detail::all_reduce_on_chip(op, step)) return;
   const int n = step.num_replicas();
   const int me = step.replica();
   if (me == 0) {

@@ -6,6 +6,7 @@
 #include <new>
 #include <vector>
 
+#include "gpu_hooks.hpp"
 #include "gpu_registry.hpp"
 #include "host_allocator.hpp"
 #include "mirrored/detail/device_backend.hpp"
@@ -197,6 +198,8 @@ void copy_between(void* dst, const Device& dst_device, const void* src, const De
     be.synchronize();
     return;
   }
+  // GPU to another GPU: a same-chip or peer copy when the CUDA part is there.
+  if (copy_gpu_to_gpu(dst, dst_device, src, src_device, bytes)) return;
   // Device to another device: stage through host memory.
   std::vector<unsigned char> staging(bytes);
   auto& from = backend_for(src_device);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "default_strategy.hpp"
+#include "gpu_hooks.hpp"
 #include "mirrored/detail/log.hpp"
 #include "mirrored/detail/replica_pool.hpp"
 #include "mirrored/replica_context.hpp"
@@ -132,6 +133,7 @@ void Strategy::execute(Body body, void* ctx) {
     ReplicaContext* saved = ts.replica;
     ts.replica = self->contexts_[r].get();
     try {
+      detail::enter_replica_device(self->devices_[r]);  // a GPU replica's device is current on its thread
       call->body(call->ctx, r);
     } catch (...) {
       self->record_failure(r, std::current_exception());

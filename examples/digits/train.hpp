@@ -102,13 +102,21 @@ inline TrainResult train(mirrored::Strategy& strategy, const Split& data, const 
   const int64_t train_n = data.train.size();
   const int64_t steps = (train_n + cfg.global_batch - 1) / cfg.global_batch;
 
+  // The model's math is Eigen on host memory: a GPU replica brings its batch and weights to the
+  // host and sends its gradients back to its device, where they are all-reduced.
+  auto on_host = [](const auto& t) { return t.device().is_host() ? t : t.to(cpu0); };
+
   // One step on one replica: gradients of (sum of its losses) / global batch; returns its loss sum.
   auto step_fn = [&](const Tensor<float>& x, const Tensor<int32_t>& y, int64_t batch) {
-    MlpParams p{vars[0].value(), vars[1].value(), vars[2].value(), vars[3].value()};
-    MlpStep s = mlp_loss_and_grads(p, x, y);
+    const Device& device = x.device();
+    MlpParams p{on_host(vars[0].value()), on_host(vars[1].value()), on_host(vars[2].value()), on_host(vars[3].value())};
+    MlpStep s = mlp_loss_and_grads(p, on_host(x), on_host(y));
     const auto g = s.grads.tensors();
     optimizers::GradsAndVars<float> gv;
-    for (std::size_t i = 0; i < g.size(); ++i) gv.emplace_back(g[i] / static_cast<float>(batch), vars[i]);
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      const Tensor<float> grad = g[i] / static_cast<float>(batch);
+      gv.emplace_back(device.is_host() ? grad : grad.to(device), vars[i]);
+    }
     opt->apply_gradients(gv);
     double loss = 0;
     for (float l : s.per_example_loss.to_vector()) loss += l;
@@ -143,7 +151,8 @@ inline TrainResult train(mirrored::Strategy& strategy, const Split& data, const 
     }
     result.final_loss = loss_sum / static_cast<double>(seen);
   }
-  MlpParams trained{vars[0].value(), vars[1].value(), vars[2].value(), vars[3].value()};
+  MlpParams trained{on_host(vars[0].value()), on_host(vars[1].value()), on_host(vars[2].value()),
+                    on_host(vars[3].value())};
   result.test_accuracy = mlp_accuracy(trained, data.test.features, data.test.labels);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

@@ -45,6 +45,9 @@ class CollectiveStep {
     if (group_) group_->sync(replica_, timeout_s_);
   }
   double timeout_seconds() const noexcept { return timeout_s_; }
+  /// True once the run this collective belongs to was aborted (another replica failed): a
+  /// backend that waits on its own (e.g. for a device) gives up then.
+  bool aborted() const noexcept { return group_ != nullptr && group_->aborted(); }
   /// `CommunicationOptions::bytes_per_pack` of this collective: inputs are reduced in packs of
   /// about this many bytes (0: one pack per run of same-dtype tensors); see `plan_packs`.
   int64_t bytes_per_pack() const noexcept { return bytes_per_pack_; }
@@ -117,6 +120,57 @@ class InProcessAllReduce : public CrossDeviceOps {
               const detail::UntypedTensor& out) override;
   void all_reduce(ReduceOp op, detail::CollectiveStep& step) override;
   void all_gather(int axis, detail::CollectiveStep& step) override;
+};
+
+/// All-reduce with NVIDIA NCCL, one communicator per replica GPU (which must be distinct
+/// physical GPUs), collectives on the replicas' streams. TF's `NcclAllReduce`: `num_packs` = k >= 1
+/// concatenates each run of same-dtype tensors into one buffer reduced in k chunks; 0 reduces
+/// tensor by tensor. MEAN uses `ncclAvg` where that is exact (a power-of-two number of replicas),
+/// else a sum and a division. Host tensors in a nest (e.g. numbers) are reduced on the host.
+/// Every collective waits for its completion with the step's deadline: past it, the communicators
+/// are aborted and DeadlineExceededError is raised (the next collective creates new ones).
+/// `reduce` into the host goes through one device (as TF's does). Without CUDA/NCCL in the build
+/// its operations throw UnimplementedError.
+/// \throws InvalidArgumentError (constructor) when `num_packs` < 0; (all_reduce) when two replicas
+/// share a physical GPU.
+class NcclAllReduce : public CrossDeviceOps {
+ public:
+  explicit NcclAllReduce(int num_packs = 1);
+  ~NcclAllReduce() override;
+  std::string name() const override { return "NcclAllReduce"; }
+  int num_packs() const noexcept { return num_packs_; }
+  void reduce(ReduceOp op, const std::vector<detail::UntypedTensor>& per_replica,
+              const detail::UntypedTensor& out) override;
+  void all_reduce(ReduceOp op, detail::CollectiveStep& step) override;
+  void all_gather(int axis, detail::CollectiveStep& step) override;
+
+  struct Impl;  // communicators (src/cuda/nccl_all_reduce.cpp)
+
+ private:
+  int num_packs_;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// TF's hierarchical copy all-reduce (made for DGX-1-like topologies): the replicas form two
+/// halves; for each tensor, one main device per half sums its half (in replica order), the first
+/// main adds the second's partial sum, and every replica copies the total from its half's main
+/// (main devices rotate with the tensor index). Works on any devices, through their backends;
+/// results equal the other implementations' bit for bit on integer-valued inputs (the order of
+/// floating-point sums differs). `num_packs` is validated and kept for TF compatibility; tensors
+/// are reduced one by one. \throws InvalidArgumentError (constructor) when `num_packs` < 0;
+/// (reduce, all_reduce) unless the number of replicas is even and at least 2.
+class HierarchicalCopyAllReduce : public CrossDeviceOps {
+ public:
+  explicit HierarchicalCopyAllReduce(int num_packs = 1);
+  std::string name() const override { return "HierarchicalCopyAllReduce"; }
+  int num_packs() const noexcept { return num_packs_; }
+  void reduce(ReduceOp op, const std::vector<detail::UntypedTensor>& per_replica,
+              const detail::UntypedTensor& out) override;
+  void all_reduce(ReduceOp op, detail::CollectiveStep& step) override;
+  void all_gather(int axis, detail::CollectiveStep& step) override;
+
+ private:
+  int num_packs_;
 };
 
 namespace detail {

@@ -19,7 +19,8 @@ class MirroredStrategy : public Strategy {
   MirroredStrategy();
   /// Replicas on `devices` (any spelling `Device::parse` accepts; empty = the default devices).
   /// `cross_device_ops` overrides the default choice (all host devices: `InProcessAllReduce`;
-  /// otherwise the reduce-to-one-device path). Logs "Using MirroredStrategy with devices (…)".
+  /// distinct physical GPUs with NCCL: `NcclAllReduce`; otherwise the reduce-to-one-device path,
+  /// see docs/gpu.md). Logs "Using MirroredStrategy with devices (…)".
   /// \throws InvalidArgumentError for an unparsable or duplicated device ("No duplicates allowed
   /// in `devices` argument"); NotFoundError for a GPU that is not visible.
   explicit MirroredStrategy(std::vector<std::string> devices,

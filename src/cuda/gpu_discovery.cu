@@ -7,6 +7,9 @@
 #include "../gpu_registry.hpp"
 
 namespace mirrored::detail {
+
+void register_cuda_part();  // cuda_backend.cpp: the backend factory and the core's GPU hooks
+
 namespace {
 struct Discovery {
   int count = 0;
@@ -21,6 +24,7 @@ struct Discovery {
     }
     count = n;
     if (n == 0) reason = "the CUDA runtime reports no devices";
+    else register_cuda_part();  // only when there is a GPU to serve
   }
 };
 const Discovery& discovery() {

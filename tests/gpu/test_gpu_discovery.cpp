@@ -29,11 +29,9 @@ TEST_F(GpuDiscovery, MissingGpuIsNotFound) {
   EXPECT_THROW(MirroredStrategy({"GPU:" + std::to_string(n)}), NotFoundError);
 }
 
-TEST_F(GpuDiscovery, LogicalSplitMultipliesThePhysicalGpu) {
-  const auto before = list_logical_devices(DeviceType::GPU).size();
-  config::set_logical_gpu_devices(0, 2);
-  EXPECT_EQ(list_logical_devices(DeviceType::GPU).size(), before + 1);
-}
+// Splitting GPU 0 into logical GPUs is tested in tests/gpu_logical/ (its own executable: the
+// split can be made only once per process, before any GPU use, and would change what GPU:1 means
+// for the tests here).
 
 // Runs everywhere: without a GPU the answer is an empty list, never a crash.
 TEST(GpuDiscoveryWithoutGpu, NeverThrows) {

@@ -1,0 +1,207 @@
+// GPU benchmarks, each reported as a ratio to an anchor measured in the same process on the same
+// GPU (tools/gpu-check.sh runs them and prints the table). GPU 0 is split into two logical GPUs
+// before anything else (GPU:0 and GPU:1 below are both on physical GPU 0).
+//
+//   BM_AllReduceSameGpu   strategy.run on {GPU:0, GPU:1}: each replica all-reduces (SUM) its own
+//                         256 MiB float tensor (the default ops for logical GPUs of one chip:
+//                         ReductionToOneDevice, one fused kernel), then both streams are
+//                         synchronised.
+//                         anchor: a device-to-device cudaMemcpyAsync of each replica's 256 MiB
+//                         (2 copies, on the two replicas' streams), synchronised. An all-reduce
+//                         must at least write every replica's output once, which is what the anchor
+//                         does. ratio = anchor_ms / allreduce_ms (target >= 0.8).
+//   BM_HostToDevice       Tensor<float>::to(GPU:0) of a 64 MiB host tensor (pageable memory: the
+//                         backend stages it through pinned buffers), and the backend's copy from a
+//                         pinned host buffer (direct DMA).
+//                         anchor: cudaMemcpyAsync of the same bytes from pinned memory + sync.
+//                         ratio = anchor_ms / tensor_to_ms; ratio_pinned = anchor_ms / pinned_ms
+//                         (target >= 0.9 for the prefetch path, which stages into pinned memory).
+//   BM_EmptyRun           strategy.run of an empty function on {GPU:0, GPU:1}: run_us per call.
+//
+// Without a GPU (or without CUDA in the build) it prints why and exits 0.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <string>
+
+#include <mirrored/mirrored.hpp>
+
+#ifdef MIRRORED_HAVE_CUDA
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include <mirrored/cuda.hpp>
+
+namespace {
+
+using mirrored::Device;
+using mirrored::DeviceType;
+using mirrored::MirroredStrategy;
+using mirrored::ReduceOp;
+using mirrored::Tensor;
+using Clock = std::chrono::steady_clock;
+
+const Device kGpu0(DeviceType::GPU, 0);
+const Device kGpu1(DeviceType::GPU, 1);
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "bench_gpu: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+MirroredStrategy& two_logical() {
+  static MirroredStrategy* s = new MirroredStrategy({"GPU:0", "GPU:1"});  // never destroyed: lives until exit
+  return *s;
+}
+
+void sync_both() {
+  check(cudaStreamSynchronize(mirrored::cuda::stream(kGpu0)), "sync GPU:0");
+  check(cudaStreamSynchronize(mirrored::cuda::stream(kGpu1)), "sync GPU:1");
+}
+
+void BM_AllReduceSameGpu(benchmark::State& state) {
+  const int64_t bytes = state.range(0);
+  const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
+  MirroredStrategy& s = two_logical();
+  std::vector<Tensor<float>> xs = {Tensor<float>::full({n}, 1.0f, kGpu0), Tensor<float>::full({n}, 2.0f, kGpu1)};
+  std::vector<Tensor<float>> dst = {Tensor<float>::empty({n}, kGpu0), Tensor<float>::empty({n}, kGpu1)};
+  const mirrored::PerReplica<Tensor<float>> inputs(xs);
+  auto all_reduce = [&] {
+    s.run([](const Tensor<float>& x) { (void)mirrored::get_replica_context()->all_reduce(ReduceOp::SUM, x); }, inputs);
+    sync_both();
+  };
+  auto anchor = [&] {
+    for (int r = 0; r < 2; ++r) {
+      const Device d(DeviceType::GPU, r);
+      check(cudaMemcpyAsync(dst[r].data(), xs[r].data(), static_cast<std::size_t>(bytes), cudaMemcpyDeviceToDevice,
+                            mirrored::cuda::stream(d)),
+            "cudaMemcpyAsync D2D");
+    }
+    sync_both();
+  };
+  all_reduce();  // warm: caches, kernels
+  anchor();
+  double ar_ms = 0, anchor_ms = 0;
+  std::vector<double> ratios;
+  for (auto _ : state) {
+    auto t = Clock::now();
+    all_reduce();
+    const double a = ms_since(t);
+    t = Clock::now();
+    anchor();
+    const double b = ms_since(t);
+    ar_ms += a;
+    anchor_ms += b;
+    ratios.push_back(b / a);
+    state.SetIterationTime(a / 1e3);
+  }
+  const double iters = static_cast<double>(state.iterations());
+  std::sort(ratios.begin(), ratios.end());
+  state.counters["allreduce_ms"] = ar_ms / iters;
+  state.counters["anchor_ms"] = anchor_ms / iters;
+  state.counters["ratio"] = anchor_ms / ar_ms;
+  state.counters["ratio_med"] = ratios[ratios.size() / 2];
+  state.counters["allreduce_GBps"] = 2.0 * 2.0 * static_cast<double>(bytes) / (ar_ms / iters) / 1e6;
+}
+
+void BM_HostToDevice(benchmark::State& state) {
+  const int64_t bytes = state.range(0);
+  const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
+  std::vector<float> values(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[static_cast<std::size_t>(i)] = static_cast<float>(i % 977);
+  const Tensor<float> host = Tensor<float>::from_vector(values, {n});
+  void* pinned = nullptr;
+  check(cudaHostAlloc(&pinned, static_cast<std::size_t>(bytes), cudaHostAllocDefault), "cudaHostAlloc");
+  std::memcpy(pinned, values.data(), static_cast<std::size_t>(bytes));
+  Tensor<float> dev = Tensor<float>::empty({n}, kGpu0);
+  auto& backend = mirrored::detail::backend_for(kGpu0);
+  const cudaStream_t stream = mirrored::cuda::stream(kGpu0);
+  auto tensor_to = [&] { benchmark::DoNotOptimize(host.to(kGpu0)); };
+  auto pinned_copy = [&] {
+    backend.copy_from_host(dev.data(), pinned, static_cast<std::size_t>(bytes));
+    backend.synchronize();
+  };
+  auto anchor = [&] {
+    check(cudaMemcpyAsync(dev.data(), pinned, static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync H2D");
+    check(cudaStreamSynchronize(stream), "sync");
+  };
+  tensor_to();
+  pinned_copy();
+  anchor();
+  double to_ms = 0, pinned_ms = 0, anchor_ms = 0;
+  for (auto _ : state) {
+    auto t = Clock::now();
+    tensor_to();
+    const double a = ms_since(t);
+    t = Clock::now();
+    pinned_copy();
+    const double b = ms_since(t);
+    t = Clock::now();
+    anchor();
+    const double c = ms_since(t);
+    to_ms += a;
+    pinned_ms += b;
+    anchor_ms += c;
+    state.SetIterationTime(a / 1e3);
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["tensor_to_ms"] = to_ms / iters;
+  state.counters["pinned_ms"] = pinned_ms / iters;
+  state.counters["anchor_ms"] = anchor_ms / iters;
+  state.counters["ratio"] = anchor_ms / to_ms;
+  state.counters["ratio_pinned"] = anchor_ms / pinned_ms;
+  state.counters["anchor_GBps"] = static_cast<double>(bytes) / (anchor_ms / iters) / 1e6;
+  cudaFreeHost(pinned);
+}
+
+void BM_EmptyRun(benchmark::State& state) {
+  MirroredStrategy& s = two_logical();
+  s.run([] {});
+  constexpr int kBatch = 64;
+  double total_ms = 0;
+  for (auto _ : state) {
+    const auto t = Clock::now();
+    for (int i = 0; i < kBatch; ++i) s.run([] {});
+    const double ms = ms_since(t);
+    total_ms += ms;
+    state.SetIterationTime(ms / 1e3);
+  }
+  state.counters["run_us"] = total_ms * 1e3 / (static_cast<double>(state.iterations()) * kBatch);
+}
+
+BENCHMARK(BM_AllReduceSameGpu)->Arg(int64_t{256} << 20)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_HostToDevice)->Arg(int64_t{64} << 20)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_EmptyRun)->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.5);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (mirrored::list_logical_devices(DeviceType::GPU).empty()) {
+    std::printf("bench_gpu: skipped: no GPU is visible to this process\n");
+    return 0;
+  }
+  // Before any GPU use: GPU:0 and GPU:1 become two logical GPUs of physical GPU 0.
+  mirrored::config::set_logical_gpu_devices(0, 2);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
+
+#else  // !MIRRORED_HAVE_CUDA
+
+int main() {
+  std::printf("bench_gpu: skipped: this build of mirrored has no CUDA support\n");
+  return 0;
+}
+
+#endif

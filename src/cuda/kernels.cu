@@ -1,0 +1,283 @@
+// The CUDA backend's kernels: grid-stride loops over 64-bit indices, one template per element
+// type. The arithmetic is written exactly like the host backend's (src/host_backend.cpp), in the
+// same order, so that results match it bit for bit (nvcc's defaults: IEEE division, and there is
+// no multiply-add to contract).
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels.hpp"
+
+namespace mirrored::detail::cuda_kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 65535;
+
+unsigned blocks_for(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
+}
+
+__device__ inline int64_t first_index() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ inline int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+template <class F>
+cudaError_t with_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::float32: return f(float{});
+    case DType::float64: return f(double{});
+    case DType::int32: return f(int32_t{});
+    case DType::int64: return f(int64_t{});
+    case DType::uint8: return f(uint8_t{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+// --- fill ---------------------------------------------------------------------------------------
+
+template <class T>
+__global__ void fill_kernel(T* dst, int64_t n, T value) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) dst[i] = value;
+}
+
+// --- binary -------------------------------------------------------------------------------------
+
+template <class T, int Op>
+__global__ void binary_kernel(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const T x = a[i * sa], y = b[i * sb];
+    if constexpr (Op == 0) out[i] = static_cast<T>(x + y);
+    else if constexpr (Op == 1) out[i] = static_cast<T>(x - y);
+    else if constexpr (Op == 2) out[i] = static_cast<T>(x * y);
+    else out[i] = static_cast<T>(x / y);  // floating point only
+  }
+}
+
+template <class T>
+__global__ void int_div_kernel(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n,
+                               unsigned long long* zero_at) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const T x = a[i * sa], y = b[i * sb];
+    if (y == T(0)) {
+      atomicMin(zero_at, static_cast<unsigned long long>(i));
+      out[i] = T(0);
+      continue;
+    }
+    if constexpr (std::is_signed_v<T>) {
+      if (y == T(-1)) {  // MIN / -1 overflows; wrap like the host backend (and numpy)
+        out[i] = static_cast<T>(-static_cast<std::make_unsigned_t<T>>(x));
+        continue;
+      }
+    }
+    out[i] = static_cast<T>(x / y);
+  }
+}
+
+// --- sums ---------------------------------------------------------------------------------------
+
+template <class T>
+struct Pointers {
+  const T* p[kMaxSumInputs];
+};
+
+template <class T>
+__global__ void sum_n_kernel(Pointers<T> in, int k, const T* acc, T* out, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    int first = 0;
+    T s;
+    if (acc) {
+      s = acc[i];
+    } else {
+      s = in.p[0][i];
+      first = 1;
+    }
+    for (int j = first; j < k; ++j) s = static_cast<T>(s + in.p[j][i]);
+    out[i] = s;
+  }
+}
+
+template <class T>
+__global__ void sum_axis_kernel(const T* in, int64_t outer, int64_t length, int64_t inner, T* out) {
+  const int64_t total = outer * inner;
+  for (int64_t idx = first_index(); idx < total; idx += grid_stride()) {
+    const int64_t o = idx / inner, i = idx % inner;
+    T s = T(0);
+    const T* src = in + o * length * inner + i;
+    for (int64_t l = 0; l < length; ++l) s = static_cast<T>(s + src[l * inner]);
+    out[idx] = s;
+  }
+}
+
+template <class T>
+__global__ void divide_kernel(T* p, int64_t n, int64_t divisor) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    if constexpr (std::is_floating_point_v<T>) p[i] = p[i] / static_cast<T>(divisor);
+    else p[i] = static_cast<T>(p[i] / divisor);
+  }
+}
+
+template <class S, class D>
+__global__ void cast_kernel(const S* in, D* out, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = static_cast<D>(in[i]);
+}
+
+template <class T>
+struct FusedPointers {
+  const T* in[kMaxFusedReplicas];
+  T* out[kMaxFusedReplicas];
+};
+
+// 16 bytes of T, loaded and stored as one vector (the same sums, element by element).
+template <class T>
+struct alignas(16) Vec16 {
+  static constexpr int kLanes = 16 / static_cast<int>(sizeof(T));
+  T v[kLanes];
+};
+
+template <class T>
+__global__ void all_reduce_fused_vec_kernel(FusedPointers<T> p, int k, int64_t nvec, int64_t mean_divisor) {
+  using V = Vec16<T>;
+  for (int64_t i = first_index(); i < nvec; i += grid_stride()) {
+    V s = reinterpret_cast<const V*>(p.in[0])[i];
+    for (int j = 1; j < k; ++j) {
+      const V x = reinterpret_cast<const V*>(p.in[j])[i];
+#pragma unroll
+      for (int e = 0; e < V::kLanes; ++e) s.v[e] = static_cast<T>(s.v[e] + x.v[e]);
+    }
+    if (mean_divisor > 0) {
+#pragma unroll
+      for (int e = 0; e < V::kLanes; ++e) {
+        if constexpr (std::is_floating_point_v<T>) s.v[e] = s.v[e] / static_cast<T>(mean_divisor);
+        else s.v[e] = static_cast<T>(s.v[e] / mean_divisor);
+      }
+    }
+    for (int j = 0; j < k; ++j) reinterpret_cast<V*>(p.out[j])[i] = s;
+  }
+}
+
+template <class T>
+__global__ void all_reduce_fused_kernel(FusedPointers<T> p, int k, int64_t n, int64_t mean_divisor) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    T s = p.in[0][i];
+    for (int j = 1; j < k; ++j) s = static_cast<T>(s + p.in[j][i]);
+    if (mean_divisor > 0) {
+      if constexpr (std::is_floating_point_v<T>) s = s / static_cast<T>(mean_divisor);
+      else s = static_cast<T>(s / mean_divisor);
+    }
+    for (int j = 0; j < k; ++j) p.out[j][i] = s;
+  }
+}
+
+}  // namespace
+
+cudaError_t fill(DType dtype, void* dst, int64_t n, const void* value, cudaStream_t stream) {
+  return with_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    T v;
+    std::memcpy(&v, value, sizeof(T));
+    fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(dst), n, v);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t binary(Binary op, DType dtype, const void* a, bool a_scalar, const void* b, bool b_scalar, void* out,
+                   int64_t n, unsigned long long* div_by_zero_index, cudaStream_t stream) {
+  return with_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    const T* x = static_cast<const T*>(a);
+    const T* y = static_cast<const T*>(b);
+    T* o = static_cast<T*>(out);
+    const int64_t sa = a_scalar ? 0 : 1, sb = b_scalar ? 0 : 1;
+    const unsigned g = blocks_for(n);
+    switch (op) {
+      case Binary::add: binary_kernel<T, 0><<<g, kThreads, 0, stream>>>(x, sa, y, sb, o, n); break;
+      case Binary::sub: binary_kernel<T, 1><<<g, kThreads, 0, stream>>>(x, sa, y, sb, o, n); break;
+      case Binary::mul: binary_kernel<T, 2><<<g, kThreads, 0, stream>>>(x, sa, y, sb, o, n); break;
+      case Binary::div:
+        if constexpr (std::is_integral_v<T>) int_div_kernel<T><<<g, kThreads, 0, stream>>>(x, sa, y, sb, o, n, div_by_zero_index);
+        else binary_kernel<T, 3><<<g, kThreads, 0, stream>>>(x, sa, y, sb, o, n);
+        break;
+    }
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t sum_n(DType dtype, const void* const* in, int k, const void* acc, void* out, int64_t n,
+                  cudaStream_t stream) {
+  if (k < 0 || k > kMaxSumInputs || (k == 0 && !acc)) return cudaErrorInvalidValue;
+  return with_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    Pointers<T> p{};
+    for (int j = 0; j < k; ++j) p.p[j] = static_cast<const T*>(in[j]);
+    sum_n_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(p, k, static_cast<const T*>(acc), static_cast<T*>(out), n);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t sum_axis(DType dtype, const void* in, int64_t outer, int64_t length, int64_t inner, void* out,
+                     cudaStream_t stream) {
+  return with_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    sum_axis_kernel<T><<<blocks_for(outer * inner), kThreads, 0, stream>>>(static_cast<const T*>(in), outer, length,
+                                                                          inner, static_cast<T*>(out));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t divide(DType dtype, void* inout, int64_t n, int64_t divisor, cudaStream_t stream) {
+  return with_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    divide_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(inout), n, divisor);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, int64_t n, cudaStream_t stream) {
+  return with_dtype(src_dtype, [&](auto s) {
+    using S = decltype(s);
+    return with_dtype(dst_dtype, [&](auto d) {
+      using D = decltype(d);
+      cast_kernel<S, D><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const S*>(src), static_cast<D*>(dst), n);
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t all_reduce_fused(DType dtype, const void* const* in, void* const* out, int k, int64_t n,
+                             int64_t mean_divisor, cudaStream_t stream) {
+  if (k < 1 || k > kMaxFusedReplicas) return cudaErrorInvalidValue;
+  return with_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    FusedPointers<T> p{};
+    bool aligned = true;
+    for (int j = 0; j < k; ++j) {
+      p.in[j] = static_cast<const T*>(in[j]);
+      p.out[j] = static_cast<T*>(out[j]);
+      aligned = aligned && reinterpret_cast<uintptr_t>(in[j]) % 16 == 0 && reinterpret_cast<uintptr_t>(out[j]) % 16 == 0;
+    }
+    int64_t done = 0;
+    if (aligned) {  // tensors start at allocator blocks: always, in practice
+      constexpr int kLanes = Vec16<T>::kLanes;
+      const int64_t nvec = n / kLanes;
+      if (nvec > 0) {
+        all_reduce_fused_vec_kernel<T><<<blocks_for(nvec), kThreads, 0, stream>>>(p, k, nvec, mean_divisor);
+        const cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess) return err;
+      }
+      done = nvec * kLanes;
+    }
+    if (done == n) return cudaSuccess;
+    for (int j = 0; j < k; ++j) {
+      p.in[j] += done;
+      p.out[j] += done;
+    }
+    all_reduce_fused_kernel<T><<<blocks_for(n - done), kThreads, 0, stream>>>(p, k, n - done, mean_divisor);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace mirrored::detail::cuda_kernels

@@ -1,0 +1,208 @@
+// The CUDA backend on physical GPUs: tensors, copies, streams, the caching allocator, errors, and
+// the conformance scenarios (conformance.hpp) compared bit for bit with the host backend's. Built
+// in every configuration; every test skips in SetUp when no GPU is visible.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include <mirrored/detail/ops_selection.hpp>
+#include <mirrored/mirrored.hpp>
+#ifdef MIRRORED_HAVE_CUDA
+#include <mirrored/cuda.hpp>
+#endif
+
+#include "../../examples/digits/train.hpp"
+#include "conformance.hpp"
+#include "harness.hpp"
+
+namespace mirrored {
+namespace {
+
+using conformance::expect_same;
+using ::testing::HasSubstr;
+using testing::message_of;
+
+class Gpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (list_logical_devices(DeviceType::GPU).empty()) GTEST_SKIP() << "no GPU visible to this process";
+  }
+  static int gpus() { return static_cast<int>(list_logical_devices(DeviceType::GPU).size()); }
+};
+
+TEST_F(Gpu, TensorOpsMatchTheHostBackend) {
+  expect_same(conformance::tensor_ops("CPU:0"), conformance::tensor_ops("GPU:0"), "GPU:0");
+}
+
+TEST_F(Gpu, CollectivesOnOneGpuMatchTheHost) {
+  expect_same(conformance::collectives({"CPU:0"}), conformance::collectives({"GPU:0"}), "collectives on GPU:0");
+  expect_same(conformance::ordered_sums({"CPU:0"}), conformance::ordered_sums({"GPU:0"}), "ordered sums on GPU:0");
+}
+
+TEST_F(Gpu, ReduceGatherAndMergeCallOnOneGpuMatchTheHost) {
+  expect_same(conformance::reduce_and_gather({"CPU:0"}), conformance::reduce_and_gather({"GPU:0"}), "GPU:0");
+}
+
+TEST_F(Gpu, VariablesOnOneGpuMatchTheHost) {
+  expect_same(conformance::variables({"CPU:0"}), conformance::variables({"GPU:0"}), "GPU:0");
+}
+
+TEST_F(Gpu, MixedHostAndGpuReplicasMatchTheHost) {
+  const std::vector<std::string> mixed = {"CPU:0", "GPU:0"}, host = {"CPU:0", "CPU:1"};
+  {
+    MirroredStrategy s(mixed);
+    EXPECT_EQ(s.extended().cross_device_ops().name(), "ReductionToOneDevice");
+  }
+  expect_same(conformance::collectives(host), conformance::collectives(mixed), "collectives CPU:0 + GPU:0");
+  expect_same(conformance::ordered_sums(host), conformance::ordered_sums(mixed), "ordered sums CPU:0 + GPU:0");
+  expect_same(conformance::reduce_and_gather(host), conformance::reduce_and_gather(mixed), "reduce CPU:0 + GPU:0");
+  expect_same(conformance::variables(host), conformance::variables(mixed), "variables CPU:0 + GPU:0");
+  auto hier = [] { return std::make_shared<HierarchicalCopyAllReduce>(); };
+  expect_same(conformance::collectives(host), conformance::collectives(mixed, hier()), "hierarchical CPU:0 + GPU:0");
+  const std::vector<std::string> gpu_first = {"GPU:0", "CPU:1"};
+  expect_same(conformance::collectives(host), conformance::collectives(gpu_first), "collectives GPU:0 + CPU:1");
+}
+
+TEST_F(Gpu, DefaultStrategyTakesEveryGpu) {
+  MirroredStrategy s;
+  EXPECT_EQ(s.extended().worker_devices(), list_logical_devices(DeviceType::GPU));
+  // Distinct physical GPUs: NCCL when the build has it.
+  EXPECT_EQ(s.extended().cross_device_ops().name(), detail::nccl_compiled_in() ? "NcclAllReduce" : "ReductionToOneDevice");
+}
+
+TEST_F(Gpu, TrainingOnAGpuGivesTheHostsWeights) {
+  // The model's math runs on the host either way; the GPU run moves batches, weights and
+  // gradients through the device, which must not change a bit.
+  static const digits::Split data = digits::split_digits(digits::load_digits(digits::default_digits_path()), 0.2, 7);
+  auto train = [&](const std::string& device) {
+    MirroredStrategy s({device});
+    digits::TrainConfig cfg;
+    cfg.epochs = 2;
+    cfg.global_batch = 30;
+    cfg.optimizer = "adam";
+    const auto result = digits::train(s, data, cfg);
+    std::vector<std::vector<float>> w;
+    for (const auto& v : result.variables) w.push_back(v.components()[0].to_vector());
+    return std::make_pair(w, result.test_accuracy);
+  };
+  const auto host = train("CPU:0");
+  const auto gpu = train("GPU:0");
+  EXPECT_EQ(gpu.first, host.first);
+  EXPECT_EQ(gpu.second, host.second);
+  EXPECT_GT(gpu.second, 0.85);
+}
+
+TEST_F(Gpu, ErrorsAreTyped) {
+  const Device gpu0(DeviceType::GPU, 0);
+  // Far more than any GPU has: the allocator gives up with UnavailableError naming the device.
+  const std::string oom = message_of<UnavailableError>([&] { (void)Tensor<float>::empty({int64_t{1} << 45}, gpu0); });
+  EXPECT_THAT(oom, HasSubstr("out of memory on GPU:0 (physical GPU 0)"));
+  // Inside run the replica is named too.
+  MirroredStrategy s({"GPU:0"});
+  const std::string in_run = message_of<UnavailableError>([&] { s.run([&] { (void)Tensor<float>::empty({int64_t{1} << 45}, gpu0); }); });
+  EXPECT_THAT(in_run, HasSubstr("replica 0"));
+  // The strategy is still usable.
+  EXPECT_EQ(s.run([] { return get_replica_context()->all_reduce(ReduceOp::SUM, 3); })[0], 3);
+  EXPECT_THROW((void)Tensor<float>::zeros({1}, Device(DeviceType::GPU, gpus())), NotFoundError);
+}
+
+#ifdef MIRRORED_HAVE_CUDA
+
+TEST_F(Gpu, TensorsLiveInDeviceMemoryOfTheirGpu) {
+  for (int g = 0; g < gpus(); ++g) {
+    const Device d(DeviceType::GPU, g);
+    const auto t = Tensor<double>::full({5}, 1.5, d);
+    cudaPointerAttributes attr{};
+    ASSERT_EQ(cudaPointerGetAttributes(&attr, t.data()), cudaSuccess);
+    EXPECT_EQ(attr.type, cudaMemoryTypeDevice);
+    EXPECT_EQ(attr.device, cuda::physical_device(d));
+    EXPECT_EQ(t.device(), d);
+  }
+}
+
+TEST_F(Gpu, SteadyStateStepsDoNotCallCudaMalloc) {
+  MirroredStrategy s({"GPU:0"});
+  const Device d(DeviceType::GPU, 0);
+  auto step = [&] {
+    s.run([&] {
+      auto x = Tensor<float>::full({1000, 33}, 2.0f, d);
+      auto y = (x * x + 1.0f) / 3.0f;
+      auto z = get_replica_context()->all_reduce(ReduceOp::MEAN, y);
+      return cast<double>(z).to_vector().size();
+    });
+  };
+  for (int i = 0; i < 3; ++i) step();
+  const auto before = cuda::allocator_stats(d);
+  for (int i = 0; i < 50; ++i) step();
+  const auto after = cuda::allocator_stats(d);
+  EXPECT_EQ(after.device_allocations, before.device_allocations);
+  EXPECT_GT(after.cache_hits, before.cache_hits);
+  cuda::empty_cache(d);
+  EXPECT_EQ(cuda::allocator_stats(d).bytes_cached, 0u);
+}
+
+TEST_F(Gpu, PinnedAndPageableHostMemoryRoundTrip) {
+  const Device d(DeviceType::GPU, 0);
+  auto& be = detail::backend_for(d);
+  constexpr std::size_t kBytes = (std::size_t{9} << 20) + 12;  // several staging slots, odd tail
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&pinned, kBytes, cudaHostAllocDefault), cudaSuccess);
+  std::vector<unsigned char> pageable(kBytes), back(kBytes);
+  for (std::size_t i = 0; i < kBytes; ++i) pageable[i] = static_cast<unsigned char>(i * 7 + 3);
+  std::memcpy(pinned, pageable.data(), kBytes);
+  void* dev = be.allocate(kBytes);
+  be.copy_from_host(dev, pinned, kBytes);      // direct DMA
+  be.copy_to_host(back.data(), dev, kBytes);   // staged
+  EXPECT_EQ(back, pageable);
+  std::memset(pinned, 0, kBytes);
+  be.copy_from_host(dev, pageable.data(), kBytes);  // staged
+  be.copy_to_host(pinned, dev, kBytes);             // direct DMA
+  EXPECT_EQ(std::memcmp(pinned, pageable.data(), kBytes), 0);
+  be.deallocate(dev, kBytes);
+  cudaFreeHost(pinned);
+}
+
+TEST_F(Gpu, RunMakesEachReplicasDeviceCurrentAndGivesItsStream) {
+  std::vector<std::string> specs;
+  for (int g = 0; g < gpus() && g < 4; ++g) specs.push_back("GPU:" + std::to_string(g));
+  MirroredStrategy s(specs);
+  const auto& devices = s.extended().worker_devices();
+  for (int round = 0; round < 2; ++round) {
+    auto seen = s.run([&] {
+      int current = -1;
+      cudaGetDevice(&current);
+      const int r = get_replica_context()->replica_id_in_sync_group();
+      const bool same_stream = cuda::current_stream() == cuda::stream(devices[static_cast<std::size_t>(r)]);
+      cudaSetDevice(0);  // a user's change does not leak into the next run's other replicas
+      return std::make_pair(current, same_stream);
+    });
+    for (std::size_t r = 0; r < devices.size(); ++r) {
+      EXPECT_EQ(seen[r].first, cuda::physical_device(devices[r])) << "replica " << r;
+      EXPECT_TRUE(seen[r].second);
+    }
+  }
+  EXPECT_THROW(cuda::current_stream(), FailedPreconditionError);
+  EXPECT_THROW(cuda::stream(Device(DeviceType::CPU, 0)), InvalidArgumentError);
+}
+
+TEST_F(Gpu, UserWorkOnTheReplicaStreamIsOrderedWithTheLibrarys) {
+  MirroredStrategy s({"GPU:0"});
+  auto out = s.run([] {
+    auto x = Tensor<int32_t>::full({1 << 20}, 5, Device(DeviceType::GPU, 0));
+    // The user's own work on the replica's stream, no synchronisation: the library's next
+    // operation on x comes after it.
+    cudaMemsetAsync(x.data(), 0, x.bytes() / 2, cuda::current_stream());
+    return get_replica_context()->all_reduce(ReduceOp::SUM, x + 1).to_vector();
+  });
+  EXPECT_EQ(out[0][0], 1);
+  EXPECT_EQ(out[0][(1 << 19) - 1], 1);
+  EXPECT_EQ(out[0][1 << 19], 6);
+}
+
+#endif  // MIRRORED_HAVE_CUDA
+
+}  // namespace
+}  // namespace mirrored
