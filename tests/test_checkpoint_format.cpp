@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "gtest_util.hpp"
 #include "mirrored/checkpoint.hpp"
 #include "mirrored/device.hpp"
 #include "mirrored/errors.hpp"
@@ -75,19 +76,7 @@ std::string raw_bytes(const Tensor<T>& t) {
 
 /// Runs `fn` and returns the message of the `E` it throws (fails the test when it throws nothing
 /// or something else).
-template <class E, class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw another exception: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "threw nothing";
-  return {};
-}
+using mirrored::testing::error_of;
 
 class CheckpointFormat : public ::testing::Test {
  protected:

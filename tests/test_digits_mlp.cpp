@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "gtest_util.hpp"
 #include "../examples/digits/digits_data.hpp"
 #include "../examples/digits/mlp.hpp"
 #include "mirrored/errors.hpp"
@@ -43,19 +44,7 @@ const digits::Dataset& real_digits() {
   return data;
 }
 
-template <class E, class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw another exception: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "threw nothing";
-  return {};
-}
+using mirrored::testing::error_of;
 
 class DigitsFiles : public ::testing::Test {
  protected:
