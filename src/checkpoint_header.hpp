@@ -1,0 +1,52 @@
+#pragma once
+// Private: the JSON header of checkpoint files (see src/checkpoint_header.cpp).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mirrored/checkpoint.hpp"
+
+namespace mirrored::checkpoint::internal {
+
+inline constexpr std::string_view kMetadataKey = "__metadata__";
+
+struct DtypeEntry {
+  DType dtype;
+  const char* name;
+};
+inline constexpr DtypeEntry kDtypes[] = {
+    {DType::float32, "F32"}, {DType::float64, "F64"}, {DType::int32, "I32"},
+    {DType::int64, "I64"},   {DType::uint8, "U8"},
+};
+
+/// `checkpoint 'path': ` — the prefix of every message.
+std::string prefix(const std::string& path);
+/// A name as it appears in messages: quoted, with control characters escaped.
+std::string quoted(std::string_view s);
+/// The dtype with safetensors name `name` ("F32", …), if supported.
+std::optional<DType> dtype_from_name(std::string_view name);
+/// True when `s` is well-formed UTF-8.
+bool valid_utf8(std::string_view s);
+/// Appends `s` as a JSON string literal.
+void append_json_string(std::string& out, std::string_view s);
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::float32;
+  Shape shape;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+};
+
+struct Header {
+  std::vector<TensorInfo> tensors;
+  Metadata metadata;
+};
+
+/// Parses a header. \throws InvalidArgumentError naming `path` for anything that is not a valid
+/// safetensors header.
+Header parse_header(std::string_view text, const std::string& path);
+
+}  // namespace mirrored::checkpoint::internal
