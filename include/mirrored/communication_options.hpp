@@ -16,7 +16,7 @@ struct CommunicationOptions {
   int64_t bytes_per_pack = 0;
   /// Seconds a replica waits for the others in this collective before DeadlineExceededError.
   /// Unset: the strategy's default (`MIRRORED_COLLECTIVE_TIMEOUT_S`, 1800 s).
-  std::optional<double> timeout_seconds;
+  std::optional<double> timeout_seconds = std::nullopt;
   /// Preferred implementation.
   CommunicationImplementation implementation = CommunicationImplementation::AUTO;
 };

@@ -33,7 +33,7 @@ const char* variable_synchronization_name(VariableSynchronization s) noexcept;
 struct VariableOptions {
   std::string name = "Variable";
   /// Default: true, except for ON_READ variables (as in TF).
-  std::optional<bool> trainable;
+  std::optional<bool> trainable = std::nullopt;
   VariableSynchronization synchronization = VariableSynchronization::AUTO;
   VariableAggregation aggregation = VariableAggregation::NONE;
 };
