@@ -64,10 +64,4 @@ TEST(TrainDigits, LearnsTheHeldOutSet) {
   EXPECT_GE(result.test_accuracy, 0.95);
 }
 
-TEST(TrainDigits, SliceSizesFollowTheBalancedRule) {
-  EXPECT_EQ(digits::slice_sizes(8, 8, 3), (std::vector<int64_t>{3, 3, 2}));
-  EXPECT_EQ(digits::slice_sizes(5, 8, 3), (std::vector<int64_t>{3, 2, 0}));
-  EXPECT_EQ(digits::slice_sizes(2, 8, 4), (std::vector<int64_t>{2, 0, 0, 0}));
-}
-
 }  // namespace
