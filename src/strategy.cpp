@@ -108,19 +108,28 @@ void Strategy::require_not_in_merge(const char* method) const {
 }
 
 void Strategy::record_failure(int replica, std::exception_ptr error) noexcept {
+  std::string reason;
   {
     // The first failure wins, except that an AbortedError is only ever a consequence of another
-    // failure (which may be recorded a moment later by its own replica).
+    // failure (which may be recorded a moment later by its own replica). Each replica inspects
+    // only its own exception, under the lock, and the stored one is judged by its flag: no
+    // thread reads another's exception object while its owner may be releasing it.
     std::lock_guard lock(failure_mu_);
-    if (!first_failure_ || (is_aborted(first_failure_) && !is_aborted(error))) first_failure_ = error;
+    reason = describe_exception(error);
+    const bool aborted = is_aborted(error);
+    if (!first_failure_ || (first_failure_aborted_ && !aborted)) {
+      std::exception_ptr replaced = std::exchange(first_failure_, error);
+      first_failure_aborted_ = aborted;
+    }
   }
-  group_.abort(str_cat("replica ", replica, " failed, so this collective was aborted: ", describe_exception(error)));
+  group_.abort(str_cat("replica ", replica, " failed, so this collective was aborted: ", reason));
 }
 
 void Strategy::execute(Body body, void* ctx) {
   std::lock_guard run_lock(run_mu_);
   group_.begin_run();
   first_failure_ = nullptr;
+  first_failure_aborted_ = false;
   struct Call {
     Strategy* self;
     Body body;

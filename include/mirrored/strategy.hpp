@@ -264,6 +264,7 @@ class Strategy {
   std::mutex run_mu_;         // one run at a time
   std::mutex failure_mu_;
   std::exception_ptr first_failure_;
+  bool first_failure_aborted_ = false;  // first_failure_ is an AbortedError
 };
 
 /// The current strategy: the one whose `run` or scope the calling thread is in, else the default
