@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -19,15 +20,18 @@ using ::testing::HasSubstr;
 
 // A device with `capacity` bytes; counts what the allocator asks of it.
 struct FakeDevice {
+  std::mutex mu;  // like cudaMalloc/cudaFree, the fake is safe to call from several threads
   std::size_t capacity = std::size_t{1} << 30;
   std::size_t used = 0;
   int mallocs = 0, frees = 0;
+  int size_mismatches = 0;  // frees whose size differs from the allocation (checked on the main thread)
   std::map<void*, std::size_t> blocks;
 };
 
 struct FakePolicy {
   FakeDevice* dev;
   void* allocate(std::size_t bytes) {
+    std::lock_guard lock(dev->mu);
     if (dev->used + bytes > dev->capacity) return nullptr;
     void* p = std::malloc(bytes);
     dev->used += bytes;
@@ -36,7 +40,8 @@ struct FakePolicy {
     return p;
   }
   void free(void* p, std::size_t bytes) noexcept {
-    EXPECT_EQ(dev->blocks.at(p), bytes);
+    std::lock_guard lock(dev->mu);
+    dev->size_mismatches += dev->blocks.at(p) != bytes;
     dev->blocks.erase(p);
     dev->used -= bytes;
     ++dev->frees;
@@ -88,6 +93,7 @@ TEST(CachingAllocator, SteadyStateStepsNeverReachTheDevice) {
   EXPECT_EQ(s.bytes_in_use, 0u);
   EXPECT_GT(s.bytes_cached, 0u);
   EXPECT_GE(s.peak_bytes_in_use, std::size_t{3} << 20);
+  EXPECT_EQ(dev.size_mismatches, 0);
 }
 
 TEST(CachingAllocator, ReusesOnlyFreedBlocksOfTheSameClass) {
@@ -107,6 +113,7 @@ TEST(CachingAllocator, ReusesOnlyFreedBlocksOfTheSameClass) {
   a.deallocate(p);
   a.deallocate(q);
   EXPECT_EQ(dev.mallocs, 3);
+  EXPECT_EQ(dev.size_mismatches, 0);
 }
 
 TEST(CachingAllocator, OutOfMemoryReleasesTheCacheAndRetries) {
@@ -131,6 +138,7 @@ TEST(CachingAllocator, OutOfMemoryReleasesTheCacheAndRetries) {
   EXPECT_THAT(msg, HasSubstr("cannot allocate 9000 bytes"));
   EXPECT_EQ(callbacks, 2);
   a.deallocate(big);
+  EXPECT_EQ(dev.size_mismatches, 0);
 }
 
 TEST(CachingAllocator, CacheLimitSendsBlocksBack) {
@@ -142,6 +150,7 @@ TEST(CachingAllocator, CacheLimitSendsBlocksBack) {
   a.deallocate(q);  // over the limit: back to the device
   EXPECT_EQ(dev.frees, 1);
   EXPECT_EQ(a.stats().bytes_cached, 4096u);
+  EXPECT_EQ(dev.size_mismatches, 0);
 }
 
 TEST(CachingAllocator, ReleaseAndDestructionFreeTheCache) {
@@ -160,6 +169,7 @@ TEST(CachingAllocator, ReleaseAndDestructionFreeTheCache) {
   }
   EXPECT_EQ(dev.frees, 5);
   EXPECT_TRUE(dev.blocks.empty());
+  EXPECT_EQ(dev.size_mismatches, 0);
 }
 
 TEST(CachingAllocator, ThreadsShareItSafely) {
@@ -176,6 +186,7 @@ TEST(CachingAllocator, ThreadsShareItSafely) {
   EXPECT_EQ(s.allocations, 8000u);
   EXPECT_EQ(s.bytes_in_use, 0u);
   EXPECT_LE(dev.mallocs, 4 * 7);  // at most one block per class per thread in flight
+  EXPECT_EQ(dev.size_mismatches, 0);
 }
 
 }  // namespace
