@@ -37,6 +37,8 @@
 
 #include <mirrored/mirrored.hpp>
 
+#include "bench_util.hpp"
+
 namespace {
 
 using mirrored::Device;
@@ -45,18 +47,7 @@ using mirrored::ReduceOp;
 using mirrored::Tensor;
 using Clock = std::chrono::steady_clock;
 
-MirroredStrategy& strategy_for(int n) {
-  // One strategy per replica count for the whole process: its threads are long-lived, like a
-  // training program's.
-  static std::map<int, std::unique_ptr<MirroredStrategy>> cache;
-  auto& s = cache[n];
-  if (!s) {
-    std::vector<std::string> devices;
-    for (int r = 0; r < n; ++r) devices.push_back("CPU:" + std::to_string(r));
-    s = std::make_unique<MirroredStrategy>(devices);
-  }
-  return *s;
-}
+using mirrored::bench::strategy_for;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 

@@ -38,6 +38,8 @@
 #include <map>
 #include <memory>
 #include <mirrored/mirrored.hpp>
+
+#include "bench_util.hpp"
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,16 +53,7 @@ constexpr int kSteps = 64;
 constexpr int kPool = 4;
 constexpr int64_t kRows = 256;
 
-MirroredStrategy& strategy_for(int n) {
-  static std::map<int, std::unique_ptr<MirroredStrategy>> cache;
-  auto& s = cache[n];
-  if (!s) {
-    std::vector<std::string> devices;
-    for (int r = 0; r < n; ++r) devices.push_back("CPU:" + std::to_string(r));
-    s = std::make_unique<MirroredStrategy>(devices);
-  }
-  return *s;
-}
+using mirrored::bench::strategy_for;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 

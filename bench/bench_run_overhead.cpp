@@ -38,6 +38,8 @@
 
 #include <mirrored/mirrored.hpp>
 
+#include "bench_util.hpp"
+
 namespace {
 
 using mirrored::MirroredStrategy;
@@ -45,16 +47,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kBatch = 64;
 
-MirroredStrategy& strategy_for(int n) {
-  static std::map<int, std::unique_ptr<MirroredStrategy>> cache;
-  auto& s = cache[n];
-  if (!s) {
-    std::vector<std::string> devices;
-    for (int r = 0; r < n; ++r) devices.push_back("CPU:" + std::to_string(r));
-    s = std::make_unique<MirroredStrategy>(devices);
-  }
-  return *s;
-}
+using mirrored::bench::strategy_for;
 
 double process_cpu_seconds() {
   timespec ts{};
