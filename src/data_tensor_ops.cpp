@@ -1,6 +1,7 @@
 // Row operations of the input pipeline: slicing along axis 0, stacking into batches, empty
 // batches, device placement. Host memory only needs memcpy; other devices go through
-// copy_between.
+// copy_between, and copies of slices onto a device through prefetch_between (the input
+// pipeline's copy stream).
 #include <cstring>
 
 #include "mirrored/data/element.hpp"
@@ -38,7 +39,7 @@ UntypedTensor slice_rows(const UntypedTensor& t, int64_t begin, int64_t end, con
   const std::size_t row_bytes = static_cast<std::size_t>(row_elements(t.shape)) * dtype_size(t.dtype);
   if (out.numel) {
     const auto* src = static_cast<const unsigned char*>(t.data()) + static_cast<std::size_t>(begin) * row_bytes;
-    core::copy_between(out.data(), dst, src, t.device(), out.bytes());
+    core::prefetch_between(out.data(), dst, src, t.device(), out.bytes());
   }
   return out;
 }
@@ -86,7 +87,7 @@ UntypedTensor empty_rows_like(const UntypedTensor& t, const Device& dst) {
 UntypedTensor on_device(const UntypedTensor& t, const Device& dst) {
   if (t.device() == dst) return t;
   UntypedTensor out = core::make_untyped(t.dtype, t.shape, dst);
-  if (out.numel) core::copy_between(out.data(), dst, t.data(), t.device(), out.bytes());
+  if (out.numel) core::prefetch_between(out.data(), dst, t.data(), t.device(), out.bytes());
   return out;
 }
 

@@ -15,4 +15,17 @@ std::size_t host_cached_bytes() noexcept;
 /// Frees every cached block.
 void host_release_cached() noexcept;
 
+/// A block of the large-block cache that is handed out: its start and size.
+struct HostBlock {
+  void* base = nullptr;
+  std::size_t size = 0;
+};
+/// The handed-out large block (>= 1 MiB) holding `p`, or an empty block when `p` is in none
+/// (small allocations, memory not from host_allocate). Lets a device pin the whole block once
+/// and keep it pinned while the cache recycles it.
+HostBlock host_block_containing(const void* p) noexcept;
+/// Called with each large block just before it goes back to the system (never while it is in
+/// use or cached), e.g. to unpin it. Set once, before blocks are pinned.
+void set_host_block_release_hook(void (*hook)(void* base, std::size_t size) noexcept) noexcept;
+
 }  // namespace mirrored::detail

@@ -210,6 +210,16 @@ void copy_between(void* dst, const Device& dst_device, const void* src, const De
   to.synchronize();
 }
 
+void prefetch_between(void* dst, const Device& dst_device, const void* src, const Device& src_device,
+                      std::size_t bytes) {
+  if (bytes == 0) return;
+  if (src_device.is_host() && !dst_device.is_host()) {
+    backend_for(dst_device).prefetch_from_host(dst, src, bytes);
+    return;
+  }
+  copy_between(dst, dst_device, src, src_device, bytes);
+}
+
 Storage::Storage(const Device& device, std::size_t bytes)
     : device_(device), backend_(&backend_for(device)), bytes_(bytes) {
   ptr_ = backend_->allocate(bytes);

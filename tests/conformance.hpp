@@ -394,4 +394,47 @@ inline Record variables(const std::vector<std::string>& specs, std::shared_ptr<C
   return rec.take();
 }
 
+// ---------------------------------------------------------------------------------------------
+// The input pipeline onto the replicas' devices (experimental_fetch_to_device): slices of 1 MiB
+// and more (on a GPU copied directly from the pinned host block of the batch), small ones
+// (staged), a second epoch (the host cache recycles the batch blocks), and a replica function
+// reading every slice where it landed.
+
+/// Rows and columns of the float data `distributed_input` feeds: row i, column j holds
+/// (i * kInputWidth + j) % 4093. A batch of 32 rows is 4 MiB.
+constexpr int64_t kInputRows = 72, kInputWidth = 32768;
+
+inline Record distributed_input(const std::vector<std::string>& specs) {
+  MirroredStrategy s(specs);
+  const auto devs = parse_all(specs);
+  const int n = s.num_replicas_in_sync();
+  std::vector<float> values(static_cast<std::size_t>(kInputRows * kInputWidth));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 4093);
+  const auto data = Tensor<float>::from_vector(values, {kInputRows, kInputWidth});
+  Recorder rec;
+  auto big = s.experimental_distribute_dataset(data::Dataset<>::from_tensor_slices(data).batch(32));
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    int step = 0;
+    for (const PerReplica<Tensor<float>>& x : big) {
+      const std::string tag = "epoch " + std::to_string(epoch) + " step " + std::to_string(step++);
+      const auto y = s.run([](const Tensor<float>& t) { return t * 2.0f + 1.0f; }, x);
+      for (int r = 0; r < n; ++r) {
+        const auto i = static_cast<std::size_t>(r);
+        rec.tensor(tag + " slice " + std::to_string(r), x.values()[i], devs[i]);
+        rec.tensor(tag + " 2x+1 " + std::to_string(r), y.values()[i], devs[i]);
+      }
+    }
+  }
+  auto small = s.experimental_distribute_dataset(data::Dataset<>::range(10).batch(4));
+  int step = 0;
+  for (const PerReplica<Tensor<int64_t>>& x : small) {
+    for (int r = 0; r < n; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      rec.tensor("small step " + std::to_string(step) + " slice " + std::to_string(r), x.values()[i], devs[i]);
+    }
+    ++step;
+  }
+  return rec.take();
+}
+
 }  // namespace mirrored::conformance

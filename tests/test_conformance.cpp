@@ -3,6 +3,11 @@
 // of the same scenarios with these CPU runs.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
 #include <mirrored/detail/ops_selection.hpp>
 
 #include "conformance.hpp"
@@ -52,6 +57,40 @@ TEST_P(ConformanceOps, Variables) {
 TEST_P(ConformanceOps, OrderedSumsOfTheDefaultPaths) {
   expect_same(conformance::ordered_sums(cpus(n())),
               conformance::ordered_sums(cpus(n()), std::make_shared<ReductionToOneDevice>()), "ReductionToOneDevice");
+}
+
+// The input scenario's record on host replicas holds exactly the data: each step's slices, in
+// replica order, are the batch's rows, and the replica function saw them (2x+1).
+TEST_P(ConformanceOps, DistributedInputRecordsTheData) {
+  const auto rec = conformance::distributed_input(cpus(n()));
+  std::map<std::string, const conformance::Entry*> by_name;
+  for (const auto& e : rec) by_name[e.name] = &e;
+  using conformance::kInputWidth;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    int64_t row = 0;
+    for (int step = 0; step < 3; ++step) {
+      const std::string tag = "epoch " + std::to_string(epoch) + " step " + std::to_string(step);
+      for (int r = 0; r < n(); ++r) {
+        const auto* slice = by_name[tag + " slice " + std::to_string(r)];
+        const auto* doubled = by_name[tag + " 2x+1 " + std::to_string(r)];
+        ASSERT_TRUE(slice && doubled) << tag << " replica " << r;
+        ASSERT_EQ(slice->shape.size(), 2u);
+        EXPECT_EQ(slice->shape[1], kInputWidth);
+        std::vector<float> got(slice->bytes.size() / sizeof(float)), twice(got.size());
+        ASSERT_EQ(doubled->bytes.size(), slice->bytes.size());
+        std::memcpy(got.data(), slice->bytes.data(), slice->bytes.size());
+        std::memcpy(twice.data(), doubled->bytes.data(), doubled->bytes.size());
+        for (std::size_t k = 0; k < got.size(); ++k) {
+          const auto flat = static_cast<std::size_t>(row * kInputWidth) + k;
+          ASSERT_EQ(got[k], static_cast<float>(flat % 4093)) << tag << " replica " << r << " element " << k;
+          ASSERT_EQ(twice[k], 2.0f * got[k] + 1.0f) << tag << " replica " << r << " element " << k;
+        }
+        row += slice->shape[0];
+      }
+    }
+    EXPECT_EQ(row, conformance::kInputRows) << "epoch " << epoch;
+  }
+  EXPECT_EQ(rec.size(), static_cast<std::size_t>(2 * 3 * 2 * n() + 3 * n()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Replicas, ConformanceOps, ::testing::Values(1, 2, 3, 4),

@@ -149,6 +149,7 @@ CudaBackend::CudaBackend(const Device& logical, int physical)
     : logical_(logical), physical_(physical), allocator_(CudaMemoryPolicy{logical, physical}, cache_limit_from_env()) {
   CudaDeviceGuard guard(physical_, logical_);
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  main_.stream = stream_;
   check(cudaEventCreateWithFlags(&ready_event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
   check(cudaEventCreateWithFlags(&done_event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
   allocator_.set_on_out_of_memory([this] { release_siblings(physical_, this); });
@@ -170,9 +171,9 @@ bool CudaBackend::is_pinned(const void* p) const {
   return attr.type == cudaMemoryTypeHost;
 }
 
-void CudaBackend::ensure_staging_locked() {
-  if (slots_[0].host) return;
-  for (auto& s : slots_) {
+void CudaBackend::ensure_staging_locked(Lane& lane) {
+  if (lane.slots[0].host) return;
+  for (auto& s : lane.slots) {
     void* p = nullptr;
     check(cudaHostAlloc(&p, kSlotBytes, cudaHostAllocDefault), "cudaHostAlloc");
     s.host = static_cast<unsigned char*>(p);
@@ -186,11 +187,31 @@ void CudaBackend::wait_slot_locked(Slot& s) {
   s.pending = false;
 }
 
-int CudaBackend::next_slot_locked() {
-  slot_ = (slot_ + 1) % kSlots;
-  slot_used_ = 0;
-  wait_slot_locked(slots_[slot_]);
-  return slot_;
+int CudaBackend::next_slot_locked(Lane& lane) {
+  lane.slot = (lane.slot + 1) % kSlots;
+  lane.used = 0;
+  wait_slot_locked(lane.slots[lane.slot]);
+  return lane.slot;
+}
+
+void CudaBackend::stage_to_device_locked(Lane& lane, void* dst, const void* src, std::size_t bytes) {
+  // The host copies chunk k+1 into a slot while the DMA of chunk k runs.
+  ensure_staging_locked(lane);
+  auto* out = static_cast<unsigned char*>(dst);
+  const auto* in = static_cast<const unsigned char*>(src);
+  std::size_t done = 0;
+  while (done < bytes) {
+    if (lane.used == kSlotBytes) next_slot_locked(lane);
+    Slot& s = lane.slots[lane.slot];
+    const std::size_t chunk = std::min(bytes - done, kSlotBytes - lane.used);
+    std::memcpy(s.host + lane.used, in + done, chunk);
+    check(cudaMemcpyAsync(out + done, s.host + lane.used, chunk, cudaMemcpyHostToDevice, lane.stream),
+          "cudaMemcpyAsync");
+    check(cudaEventRecord(s.event, lane.stream), "cudaEventRecord");
+    s.pending = true;
+    lane.used += chunk;
+    done += chunk;
+  }
 }
 
 void CudaBackend::copy_from_host(void* dst, const void* src, std::size_t bytes) {
@@ -202,24 +223,30 @@ void CudaBackend::copy_from_host(void* dst, const void* src, std::size_t bytes) 
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     return;
   }
-  // Through the pinned slots: the host copies chunk k+1 while the DMA of chunk k runs, and
-  // returns once the last chunk is staged (the caller may reuse `src` at once).
-  std::lock_guard lock(staging_mu_);
-  ensure_staging_locked();
-  auto* out = static_cast<unsigned char*>(dst);
-  const auto* in = static_cast<const unsigned char*>(src);
-  std::size_t done = 0;
-  while (done < bytes) {
-    if (slot_used_ == kSlotBytes) next_slot_locked();
-    Slot& s = slots_[slot_];
-    const std::size_t chunk = std::min(bytes - done, kSlotBytes - slot_used_);
-    std::memcpy(s.host + slot_used_, in + done, chunk);
-    check(cudaMemcpyAsync(out + done, s.host + slot_used_, chunk, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
-    check(cudaEventRecord(s.event, stream_), "cudaEventRecord");
-    s.pending = true;
-    slot_used_ += chunk;
-    done += chunk;
+  // Returns once the last chunk is staged: the caller may reuse `src` at once.
+  std::lock_guard lock(main_.mu);
+  stage_to_device_locked(main_, dst, src, bytes);
+}
+
+void CudaBackend::prefetch_from_host(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  CudaDeviceGuard guard(physical_, logical_);
+  std::lock_guard lock(prefetch_.mu);
+  if (!prefetch_.stream) {
+    check(cudaStreamCreateWithFlags(&prefetch_.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    check(cudaEventCreateWithFlags(&prefetch_order_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
   }
+  // The allocator reuses blocks in main-stream order, so work queued there before `dst` was
+  // allocated may still touch its memory: the copy waits for exactly that work, not for later.
+  check(cudaEventRecord(prefetch_order_, stream_), "cudaEventRecord");
+  check(cudaStreamWaitEvent(prefetch_.stream, prefetch_order_, 0), "cudaStreamWaitEvent");
+  if (bytes >= kDirectCopyMin && (is_pinned(src) || pin_host_block(src, logical_, physical_))) {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, prefetch_.stream), "cudaMemcpyAsync");
+  } else {
+    stage_to_device_locked(prefetch_, dst, src, bytes);
+  }
+  // Complete on return: the consumer uses the tensor on the main stream without further waits.
+  check(cudaStreamSynchronize(prefetch_.stream), "cudaStreamSynchronize");
 }
 
 void CudaBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
@@ -230,8 +257,8 @@ void CudaBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     return;
   }
-  std::lock_guard lock(staging_mu_);
-  ensure_staging_locked();
+  std::lock_guard lock(main_.mu);
+  ensure_staging_locked(main_);
   auto* out = static_cast<unsigned char*>(dst);
   const auto* in = static_cast<const unsigned char*>(src);
   struct Pending {
@@ -245,11 +272,12 @@ void CudaBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
     // Keep up to kSlots chunks in flight; slots are taken in ring order, so the next one is
     // never one of those still queued.
     while (issued < bytes && count < kSlots) {
-      const int s = next_slot_locked();
+      const int s = next_slot_locked(main_);
       const std::size_t len = std::min(kSlotBytes, bytes - issued);
-      check(cudaMemcpyAsync(slots_[s].host, in + issued, len, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
-      check(cudaEventRecord(slots_[s].event, stream_), "cudaEventRecord");
-      slots_[s].pending = true;
+      check(cudaMemcpyAsync(main_.slots[s].host, in + issued, len, cudaMemcpyDeviceToHost, stream_),
+            "cudaMemcpyAsync");
+      check(cudaEventRecord(main_.slots[s].event, stream_), "cudaEventRecord");
+      main_.slots[s].pending = true;
       queue[(head + count) % kSlots] = Pending{s, issued, len};
       ++count;
       issued += len;
@@ -257,10 +285,10 @@ void CudaBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
     const Pending p = queue[head];
     head = (head + 1) % kSlots;
     --count;
-    wait_slot_locked(slots_[p.slot]);
-    std::memcpy(out + p.offset, slots_[p.slot].host, p.length);
+    wait_slot_locked(main_.slots[p.slot]);
+    std::memcpy(out + p.offset, main_.slots[p.slot].host, p.length);
   }
-  slot_used_ = kSlotBytes;  // host-to-device copies continue in a fresh slot
+  main_.used = kSlotBytes;  // host-to-device copies continue in a fresh slot
 }
 
 void CudaBackend::copy_within(void* dst, const void* src, std::size_t bytes) {

@@ -66,6 +66,10 @@ class CudaBackend final : public DeviceBackend {
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override;
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override;
   void copy_within(void* dst, const void* src, std::size_t bytes) override;
+  /// On this device's copy stream (created on first use), after the work already queued on the
+  /// main stream that may still use `dst`'s memory; a source inside a large host block is copied
+  /// directly once the block is pinned (it stays pinned while the host cache recycles it).
+  void prefetch_from_host(void* dst, const void* src, std::size_t bytes) override;
   void fill(DType dtype, void* dst, int64_t count, const void* value) override;
   void binary(BinaryOp op, DType dtype, const void* a, bool a_scalar, const void* b, bool b_scalar, void* out,
               int64_t count) override;
@@ -101,9 +105,20 @@ class CudaBackend final : public DeviceBackend {
     cudaEvent_t event = nullptr;
     bool pending = false;  // a copy from/into it may still be running
   };
-  void ensure_staging_locked();
+  /// A stream with pinned staging slots of its own: the main lane orders every operation of the
+  /// device, the prefetch lane carries the input pipeline's copies.
+  struct Lane {
+    cudaStream_t stream = nullptr;
+    std::mutex mu;
+    Slot slots[kSlots];
+    int slot = 0;          // the slot host-to-device copies are filling
+    std::size_t used = 0;  // bytes of it already used
+  };
+  void ensure_staging_locked(Lane& lane);
   void wait_slot_locked(Slot& s);
-  int next_slot_locked();
+  int next_slot_locked(Lane& lane);
+  /// Host-to-device through the lane's slots; returns once the source is staged.
+  void stage_to_device_locked(Lane& lane, void* dst, const void* src, std::size_t bytes);
   bool is_pinned(const void* p) const;
 
   Device logical_;
@@ -113,10 +128,9 @@ class CudaBackend final : public DeviceBackend {
   cudaEvent_t done_event_ = nullptr;
   CachingAllocator<CudaMemoryPolicy> allocator_;
 
-  std::mutex staging_mu_;
-  Slot slots_[kSlots];
-  int slot_ = 0;              // the slot host-to-device copies are filling
-  std::size_t slot_used_ = 0; // bytes of it already used
+  Lane main_;
+  Lane prefetch_;                         // its stream is created by the first prefetch
+  cudaEvent_t prefetch_order_ = nullptr;  // "main-stream work so far", waited for by the prefetch lane
 
   std::mutex div_mu_;
   unsigned long long* div_flag_ = nullptr;       // device: smallest index of an integer division by zero
@@ -128,6 +142,11 @@ class CudaBackend final : public DeviceBackend {
 CudaBackend& cuda_backend(int index);
 /// The backend of a GPU device.
 CudaBackend& cuda_backend(const Device& device);
+
+/// Pins the large host-allocator block holding `p` (src/host_allocator.hpp) for direct DMA, once;
+/// it is unpinned just before the allocator frees it. False when `p` is in no such block or the
+/// driver refuses (the caller then stages the copy).
+bool pin_host_block(const void* p, const Device& logical, int physical);
 
 /// Installs the CUDA backend factory and the core's GPU hooks (called once by GPU discovery when
 /// the runtime reports at least one GPU).

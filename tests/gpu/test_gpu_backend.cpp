@@ -37,6 +37,10 @@ TEST_F(Gpu, TensorOpsMatchTheHostBackend) {
   expect_same(conformance::tensor_ops("CPU:0"), conformance::tensor_ops("GPU:0"), "GPU:0");
 }
 
+TEST_F(Gpu, DistributedInputLandsOnTheGpuAndMatchesTheHost) {
+  expect_same(conformance::distributed_input({"CPU:0"}), conformance::distributed_input({"GPU:0"}), "GPU:0");
+}
+
 TEST_F(Gpu, CollectivesOnOneGpuMatchTheHost) {
   expect_same(conformance::collectives({"CPU:0"}), conformance::collectives({"GPU:0"}), "collectives on GPU:0");
   expect_same(conformance::ordered_sums({"CPU:0"}), conformance::ordered_sums({"GPU:0"}), "ordered sums on GPU:0");

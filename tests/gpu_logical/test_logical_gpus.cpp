@@ -75,6 +75,10 @@ TEST_P(LogicalGpus, CollectivesMatchTheHost) {
   expect_same(conformance::ordered_sums(cpus()), conformance::ordered_sums(gpus()), "ordered sums");
 }
 
+TEST_P(LogicalGpus, DistributedInputLandsOnEachGpuAndMatchesTheHost) {
+  expect_same(conformance::distributed_input(cpus()), conformance::distributed_input(gpus()), "input pipeline");
+}
+
 TEST_P(LogicalGpus, ReduceGatherAndMergeCallMatchTheHost) {
   expect_same(conformance::reduce_and_gather(cpus()), conformance::reduce_and_gather(gpus()), "default ops");
 }

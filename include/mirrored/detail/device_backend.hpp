@@ -36,6 +36,17 @@ class DeviceBackend {
   virtual void copy_to_host(void* dst, const void* src, std::size_t bytes) = 0;
   /// Copies within this device.
   virtual void copy_within(void* dst, const void* src, std::size_t bytes) = 0;
+  /// Copies host memory into `dst`, a block allocated on this device after every earlier use of
+  /// it was enqueued, for input prefetching. Where the device has streams, the copy runs on a copy
+  /// stream of its own (pinning the source's host block when it can) after only the work queued
+  /// on the backend's stream before this call (which may still use the block's memory), so it
+  /// overlaps whatever is enqueued there afterwards: a pipeline one step ahead copies batch k+1
+  /// while step k computes. Complete on return. The default is `copy_from_host` followed by
+  /// `synchronize`.
+  virtual void prefetch_from_host(void* dst, const void* src, std::size_t bytes) {
+    copy_from_host(dst, src, bytes);
+    synchronize();
+  }
 
   /// Sets `count` elements of `dst` to `*value` (a host pointer to one element of `dtype`).
   virtual void fill(DType dtype, void* dst, int64_t count, const void* value) = 0;
@@ -68,5 +79,11 @@ void register_gpu_backend_factory(std::function<DeviceBackend&(const Device&)> f
 /// Copies `bytes` bytes between any two devices (host staging where needed). Complete on return.
 void copy_between(void* dst, const Device& dst_device, const void* src, const Device& src_device,
                   std::size_t bytes);
+
+/// `copy_between` for the input pipeline: a host-to-device copy into a freshly allocated `dst`
+/// goes through `prefetch_from_host` (off the device's main stream); anything else is
+/// `copy_between`. Complete on return.
+void prefetch_between(void* dst, const Device& dst_device, const void* src, const Device& src_device,
+                      std::size_t bytes);
 
 }  // namespace mirrored::detail
