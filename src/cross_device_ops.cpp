@@ -105,6 +105,11 @@ void CrossDeviceOps::reduce(ReduceOp, const std::vector<detail::UntypedTensor>&,
 }
 void CrossDeviceOps::all_reduce(ReduceOp, detail::CollectiveStep&) { unsupported("all_reduce"); }
 void CrossDeviceOps::all_gather(int, detail::CollectiveStep&) { unsupported("all_gather"); }
+bool CrossDeviceOps::batch_all_reduce(ReduceOp, const std::vector<std::vector<detail::UntypedTensor>>&,
+                                      const std::vector<Device>&, std::vector<std::vector<detail::UntypedTensor>>&,
+                                      double) {
+  return false;
+}
 
 // ---------------------------------------------------------------------------------------------
 

@@ -32,6 +32,11 @@ void NcclAllReduce::reduce(ReduceOp, const std::vector<detail::UntypedTensor>&, 
 }
 void NcclAllReduce::all_reduce(ReduceOp, detail::CollectiveStep&) { no_nccl("all_reduce"); }
 void NcclAllReduce::all_gather(int, detail::CollectiveStep&) { no_nccl("all_gather"); }
+bool NcclAllReduce::batch_all_reduce(ReduceOp, const std::vector<std::vector<detail::UntypedTensor>>&,
+                                     const std::vector<Device>&, std::vector<std::vector<detail::UntypedTensor>>&,
+                                     double) {
+  return false;  // `reduce` then says why it cannot run
+}
 
 namespace detail {
 bool nccl_compiled_in() noexcept { return false; }

@@ -287,6 +287,63 @@ TEST_P(VariableTest, ReduceToAndBatchReduceToLandOnTheVariablesDevices) {
   EXPECT_EQ(on_one.to_vector(), std::vector<float>(2, ids + n()));
 }
 
+// A cross-device ops double with a batch all-reduce of its own (as NcclAllReduce has for GPUs):
+// it marks its outputs with 42 so that the test sees whose results batch_reduce_to returned.
+class BatchClaimingOps : public ReductionToOneDevice {
+ public:
+  bool claim = true;
+  int calls = 0;
+  std::vector<Device> devices_seen;
+  double timeout_seen = 0;
+  bool batch_all_reduce(ReduceOp, const std::vector<std::vector<detail::UntypedTensor>>& inputs,
+                        const std::vector<Device>& devices, std::vector<std::vector<detail::UntypedTensor>>& outputs,
+                        double timeout_s) override {
+    ++calls;
+    devices_seen = devices;
+    timeout_seen = timeout_s;
+    if (!claim) return false;
+    outputs.assign(inputs.size(), {});
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      for (const Device& d : devices) {
+        auto t = Tensor<float>::full(inputs[i][0].shape, 42.0f, d);
+        outputs[i].push_back(detail::TensorAccess::erase(t));
+      }
+    }
+    return true;
+  }
+};
+
+TEST_P(VariableTest, BatchReduceToOntoTheReplicasUsesTheOpsOwnBatchAllReduce) {
+  auto ops = std::make_shared<BatchClaimingOps>();
+  MirroredStrategy s(cpus(n()), ops);
+  auto scope = s.scope();
+  Variable<float> var(Tensor<float>::zeros({3}));
+  auto value = s.experimental_distribute_values_from_function(
+      [](const ValueContext& c) { return Tensor<float>::full({3}, float(c.replica_id_in_sync_group + 1)); });
+  CommunicationOptions o;
+  o.timeout_seconds = 7;
+  auto out = s.extended().batch_reduce_to<float>(ReduceOp::SUM, {{value, var}, {value, var}}, o);
+  EXPECT_EQ(ops->calls, 1);
+  EXPECT_EQ(ops->devices_seen, s.extended().worker_devices());
+  EXPECT_EQ(ops->timeout_seen, 7.0);
+  ASSERT_EQ(out.size(), 2u);
+  for (int r = 0; r < n(); ++r) {
+    EXPECT_EQ(out[1][r].device(), Device(DeviceType::CPU, r));
+    EXPECT_EQ(out[1][r].to_vector(), std::vector<float>(3, 42.0f));
+  }
+  // Declining hands the work back to the reduce-and-copy path, with the strategy's deadline.
+  ops->claim = false;
+  out = s.extended().batch_reduce_to<float>(ReduceOp::SUM, {{value, var}}, {});
+  EXPECT_EQ(ops->calls, 2);
+  EXPECT_EQ(ops->timeout_seen, s.extended().collective_timeout_seconds());
+  const float sum = float(n() * (n() + 1) / 2);
+  for (int r = 0; r < n(); ++r) EXPECT_EQ(out[0][r].to_vector(), std::vector<float>(3, sum));
+  // Onto one device (not the replicas'), the ops' batch all-reduce is not asked.
+  Tensor<float> on_one = s.extended().reduce_to(ReduceOp::SUM, value, Device(DeviceType::CPU, 3));
+  EXPECT_EQ(ops->calls, 2);
+  EXPECT_EQ(on_one.to_vector(), std::vector<float>(3, sum));
+}
+
 INSTANTIATE_TEST_SUITE_P(Replicas, VariableTest, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return std::to_string(info.param) + "replicas"; });
 

@@ -88,6 +88,16 @@ class CrossDeviceOps {
   /// concatenation along `axis` of every replica's `inputs[i]`, in replica order.
   virtual void all_gather(int axis, detail::CollectiveStep& step);
 
+  /// Cross-replica context (`batch_reduce_to` onto destinations on the replicas' devices
+  /// `devices`): sets `outputs[i][r]`, a new tensor on `devices[r]`, to the reduction of
+  /// `inputs[i][0..N)` (validated equal in dtype and shape) and returns true; or returns false,
+  /// having done nothing, when this backend has no path of its own for these tensors (the caller
+  /// then reduces with `reduce` and copies). Waits at most `timeout_s` for the devices. The
+  /// default returns false.
+  virtual bool batch_all_reduce(ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& inputs,
+                                const std::vector<Device>& devices,
+                                std::vector<std::vector<detail::UntypedTensor>>& outputs, double timeout_s);
+
  protected:
   [[noreturn]] void unsupported(const char* op) const;
 };
@@ -143,6 +153,12 @@ class NcclAllReduce : public CrossDeviceOps {
               const detail::UntypedTensor& out) override;
   void all_reduce(ReduceOp op, detail::CollectiveStep& step) override;
   void all_gather(int axis, detail::CollectiveStep& step) override;
+  /// One grouped NCCL all-reduce over every replica's GPU, issued from the calling thread, when
+  /// every input and output is on its replica's GPU and those are distinct physical GPUs (packed
+  /// per `num_packs`); false otherwise (and without NCCL in the build).
+  bool batch_all_reduce(ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& inputs,
+                        const std::vector<Device>& devices, std::vector<std::vector<detail::UntypedTensor>>& outputs,
+                        double timeout_s) override;
 
   struct Impl;  // communicators (src/cuda/nccl_all_reduce.cpp)
 

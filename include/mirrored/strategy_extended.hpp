@@ -71,14 +71,19 @@ std::vector<Mirrored<Tensor<T>>> StrategyExtended::batch_reduce_to(
     auto& parts = values.emplace_back();
     for (const auto& t : value.values()) parts.push_back(detail::TensorAccess::erase(t));
   }
-  const auto reduced = batch_reduce_flat(op, values, options.bytes_per_pack);
+  std::vector<std::vector<Device>> destinations;
+  destinations.reserve(value_destination_pairs.size());
+  for (const auto& [value, destination] : value_destination_pairs) {
+    auto& devices = destinations.emplace_back();
+    for (const auto& c : destination.components()) devices.push_back(c.device());
+  }
+  const auto reduced = batch_reduce_onto(op, values, destinations, options);
   std::vector<Mirrored<Tensor<T>>> out;
   out.reserve(reduced.size());
-  for (std::size_t i = 0; i < reduced.size(); ++i) {
-    const Tensor<T> host = detail::TensorAccess::restore<T>(reduced[i]);
+  for (const auto& copies_erased : reduced) {
     std::vector<Tensor<T>> copies;
-    for (const auto& c : value_destination_pairs[i].second.components())
-      copies.push_back(c.device() == host.device() ? host : host.to(c.device()));
+    copies.reserve(copies_erased.size());
+    for (const auto& c : copies_erased) copies.push_back(detail::TensorAccess::restore<T>(c));
     out.emplace_back(std::move(copies));
   }
   return out;

@@ -6,7 +6,9 @@
 #ifdef MIRRORED_HAVE_NCCL
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -123,18 +125,21 @@ bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 }  // namespace
 
 struct NcclAllReduce::Impl {
+  static constexpr double kInitTimeoutS = 120;
   std::mutex mu;
   std::shared_ptr<Comms> current;
 
   // The communicators of these replica GPUs: the current ones, or new ones made by the first
   // replica to get here (the others find them ready).
   std::shared_ptr<Comms> acquire(const std::vector<int>& logical, const std::vector<int>& physical,
-                                 detail::CollectiveStep& step) {
+                                 double timeout_s, bool run_aborted) {
     std::lock_guard lock(mu);
     if (current && !current->aborted && current->logical == logical) return current;
-    MIRRORED_ENFORCE(!step.aborted(), AbortedError, "NcclAllReduce: the run was aborted because another replica failed");
+    MIRRORED_ENFORCE(!run_aborted, AbortedError, "NcclAllReduce: the run was aborted because another replica failed");
     current.reset();  // aborts the previous set (it is idle: no collective of it is in flight)
-    current = create(logical, physical, step.timeout_seconds());
+    // Creating communicators (topology detection, connections) can take seconds on a large
+    // machine, more than a short collective deadline allows; it gets at least kInitTimeoutS.
+    current = create(logical, physical, std::max(timeout_s, kInitTimeoutS));
     return current;
   }
 
@@ -147,6 +152,10 @@ struct NcclAllReduce::Impl {
     c->comms.assign(n, nullptr);
     c->done.assign(n, nullptr);
     const std::string all = str_cat(n, " GPUs");
+    // Every rank lives in this process and is initialised by this thread: connect them during
+    // initialisation rather than at the first collective, where a rank that never arrives would
+    // leave a half-made connection for ncclCommAbort to interrupt. A user's setting wins.
+    (void)setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     ncclUniqueId id;
     ncclResult_t res = ncclGetUniqueId(&id);
     if (res != ncclSuccess) throw_nccl_error(res, "ncclGetUniqueId", all, nullptr);
@@ -212,11 +221,19 @@ struct NcclAllReduce::Impl {
 
 namespace {
 
+// What a wait observes: its deadline, and for a replica-context collective the run's abort signal
+// (another replica failed). A cross-replica call has no step.
+struct Limits {
+  double timeout_s;
+  detail::CollectiveStep* step = nullptr;
+  bool aborted() const { return step && step->aborted(); }
+};
+
 // Waits until rank `me`'s enqueued NCCL work (and what follows it on the stream up to `done`)
-// has finished, within the step's deadline; aborts the communicators on a timeout, an NCCL error
-// or an aborted run.
-void wait_for_completion(Comms& c, int me, CudaBackend& be, detail::CollectiveStep& step, const char* what) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(step.timeout_seconds());
+// has finished, within the deadline; aborts the communicators on a timeout, an NCCL error or an
+// aborted run.
+void wait_for_completion(Comms& c, int me, CudaBackend& be, const Limits& limits, const char* what) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(limits.timeout_s);
   Poll poll;
   while (true) {
     {
@@ -228,6 +245,9 @@ void wait_for_completion(Comms& c, int me, CudaBackend& be, detail::CollectiveSt
       }
       const cudaError_t q = cudaEventQuery(c.done[me]);
       if (q == cudaSuccess) return;
+      // Not an error, but the runtime may keep it as this thread's last error, which a later
+      // kernel launch check would then report.
+      if (q == cudaErrorNotReady) (void)cudaGetLastError();
       if (q != cudaErrorNotReady) {
         lock.unlock();
         c.abort();
@@ -243,7 +263,7 @@ void wait_for_completion(Comms& c, int me, CudaBackend& be, detail::CollectiveSt
         throw_nccl_error(bad, what, where, nullptr);
       }
     }
-    if (step.aborted()) {
+    if (limits.aborted()) {
       c.abort();
       throw AbortedError(str_cat("NcclAllReduce::", what, " on replica ", me,
                                  ": another replica failed; the NCCL communicators were aborted"));
@@ -251,7 +271,7 @@ void wait_for_completion(Comms& c, int me, CudaBackend& be, detail::CollectiveSt
     if (Clock::now() > deadline) {
       c.abort();
       throw DeadlineExceededError(str_cat("NcclAllReduce::", what, " on replica ", me, " (", c.where(me),
-                                          ") did not complete within ", step.timeout_seconds(),
+                                          ") did not complete within ", limits.timeout_s,
                                           " s; the NCCL communicators were aborted (the next collective creates "
                                           "new ones)"));
     }
@@ -259,23 +279,10 @@ void wait_for_completion(Comms& c, int me, CudaBackend& be, detail::CollectiveSt
   }
 }
 
-// Runs `enqueue()` (NCCL calls for rank `me` inside one group) and waits until they are on the
-// stream (non-blocking communicators may still be connecting), then records `done`.
-template <class Enqueue>
-void enqueue_group(Comms& c, int me, detail::CollectiveStep& step, const char* what,
-                   Enqueue enqueue) {
-  {
-    std::shared_lock lock(c.mu);
-    MIRRORED_ENFORCE(!c.aborted, AbortedError, "NcclAllReduce::", what, " on replica ", me,
-                     ": the NCCL communicators were aborted");
-    ncclResult_t res = ncclGroupStart();
-    if (res != ncclSuccess) throw_nccl_error(res, "ncclGroupStart", c.where(me), c.comms[me]);
-    const ncclResult_t called = enqueue(c.comms[me]);
-    res = ncclGroupEnd();
-    if (called != ncclSuccess && called != ncclInProgress) throw_nccl_error(called, what, c.where(me), c.comms[me]);
-    if (res != ncclSuccess && res != ncclInProgress) throw_nccl_error(res, "ncclGroupEnd", c.where(me), c.comms[me]);
-  }
-  const auto deadline = Clock::now() + std::chrono::duration<double>(step.timeout_seconds());
+// Waits until rank `me`'s calls of a group are on its stream (a non-blocking communicator may
+// still be connecting when ncclGroupEnd returns).
+void wait_enqueued(Comms& c, int me, const Limits& limits, const char* what) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(limits.timeout_s);
   Poll poll;
   while (true) {
     {
@@ -285,7 +292,7 @@ void enqueue_group(Comms& c, int me, detail::CollectiveStep& step, const char* w
       ncclResult_t state = ncclSuccess;
       const ncclResult_t res = ncclCommGetAsyncError(c.comms[me], &state);
       const ncclResult_t bad = res != ncclSuccess ? res : state;
-      if (bad == ncclSuccess) break;
+      if (bad == ncclSuccess) return;
       if (bad != ncclInProgress) {
         const std::string where = c.where(me);
         lock.unlock();
@@ -293,15 +300,44 @@ void enqueue_group(Comms& c, int me, detail::CollectiveStep& step, const char* w
         throw_nccl_error(bad, what, where, nullptr);
       }
     }
-    if (step.aborted() || Clock::now() > deadline) {
+    if (limits.aborted() || Clock::now() > deadline) {
       c.abort();
-      if (step.aborted()) throw AbortedError(str_cat("NcclAllReduce::", what, " on replica ", me, ": another replica failed"));
+      if (limits.aborted()) throw AbortedError(str_cat("NcclAllReduce::", what, " on replica ", me, ": another replica failed"));
       throw DeadlineExceededError(str_cat("NcclAllReduce::", what, " on replica ", me,
-                                          " could not be enqueued within ", step.timeout_seconds(),
+                                          " could not be enqueued within ", limits.timeout_s,
                                           " s; the NCCL communicators were aborted"));
     }
     poll.pause();
   }
+}
+
+// Runs `enqueue(rank, comm)` for each rank of `ranks` inside one NCCL group (one rank per
+// replica thread, or every rank from one cross-replica thread) and waits until the calls are on
+// the streams.
+template <class Enqueue>
+void enqueue_group(Comms& c, const std::vector<int>& ranks, const Limits& limits, const char* what, Enqueue enqueue) {
+  {
+    std::shared_lock lock(c.mu);
+    MIRRORED_ENFORCE(!c.aborted, AbortedError, "NcclAllReduce::", what, " on replica ", ranks.front(),
+                     ": the NCCL communicators were aborted");
+    ncclResult_t res = ncclGroupStart();
+    if (res != ncclSuccess) throw_nccl_error(res, "ncclGroupStart", c.where(ranks.front()), c.comms[ranks.front()]);
+    ncclResult_t called = ncclSuccess;
+    int failed = ranks.front();
+    for (int r : ranks) {
+      detail::CudaDeviceGuard guard(c.physical[r], std::nothrow);
+      called = enqueue(r, c.comms[r]);
+      if (called != ncclSuccess && called != ncclInProgress) {
+        failed = r;
+        break;
+      }
+    }
+    res = ncclGroupEnd();
+    if (called != ncclSuccess && called != ncclInProgress) throw_nccl_error(called, what, c.where(failed), c.comms[failed]);
+    if (res != ncclSuccess && res != ncclInProgress)
+      throw_nccl_error(res, "ncclGroupEnd", c.where(ranks.front()), c.comms[ranks.front()]);
+  }
+  for (int r : ranks) wait_enqueued(c, r, limits, what);
 }
 
 // Which replica GPU each replica's tensors of a leaf live on, or -1 when the leaf is not all on
@@ -343,6 +379,87 @@ std::vector<int> physical_of(const std::vector<int>& logical, const char* what) 
   }
   return physical;
 }
+
+// One rank's part of a packed NCCL all-reduce: leaf k is `ins[k]` -> `outs[k]` (on the rank's
+// GPU); a concatenated pack gets its own input and output buffers, filled before the NCCL calls
+// and split after them, all in the rank's stream order.
+class RankPacks {
+ public:
+  RankPacks(CudaBackend& be, const std::vector<detail::NcclPack>& packs, std::vector<const UntypedTensor*> ins,
+            std::vector<const UntypedTensor*> outs)
+      : be_(be), packs_(packs), ins_(std::move(ins)), outs_(std::move(outs)), bufs_(packs.size()) {
+    for (std::size_t p = 0; p < packs_.size(); ++p) {
+      const auto& pack = packs_[p];
+      const UntypedTensor& first = *ins_[pack.leaves.front()];
+      if (!pack.concatenated()) {
+        bufs_[p].in = first.data();
+        bufs_[p].out = outs_[pack.leaves.front()]->data();
+        continue;
+      }
+      bufs_[p].in_t = detail::make_untyped(first.dtype, {pack.numel}, be_.device());
+      bufs_[p].out_t = detail::make_untyped(first.dtype, {pack.numel}, be_.device());
+      bufs_[p].in = bufs_[p].in_t.data();
+      bufs_[p].out = bufs_[p].out_t.data();
+      std::size_t offset = 0;
+      for (std::size_t k : pack.leaves) {
+        be_.copy_within(static_cast<unsigned char*>(bufs_[p].in) + offset, ins_[k]->data(), ins_[k]->bytes());
+        offset += ins_[k]->bytes();
+      }
+    }
+  }
+
+  CudaBackend& backend() const noexcept { return be_; }
+
+  // The NCCL calls (inside the caller's group).
+  ncclResult_t enqueue(ReduceOp op, int n, ncclComm_t comm) const {
+    for (std::size_t p = 0; p < packs_.size(); ++p) {
+      const DType dtype = dtype_of(p);
+      const std::size_t elem = dtype_size(dtype);
+      const ncclRedOp_t redop = uses_avg(op, n, dtype) ? ncclAvg : ncclSum;
+      for (const auto& [b, e] : packs_[p].chunks) {
+        const ncclResult_t r =
+            ncclAllReduce(static_cast<const unsigned char*>(bufs_[p].in) + b * elem,
+                          static_cast<unsigned char*>(bufs_[p].out) + b * elem, static_cast<std::size_t>(e - b),
+                          nccl_type(dtype), redop, comm, be_.stream());
+        if (r != ncclSuccess && r != ncclInProgress) return r;
+      }
+    }
+    return ncclSuccess;
+  }
+
+  // After the NCCL calls: MEAN without ncclAvg divides; concatenated packs are split.
+  void finish(ReduceOp op, int n) const {
+    for (std::size_t p = 0; p < packs_.size(); ++p) {
+      const auto& pack = packs_[p];
+      const DType dtype = dtype_of(p);
+      if (op == ReduceOp::MEAN && !uses_avg(op, n, dtype)) be_.divide(dtype, bufs_[p].out, pack.numel, n);
+      if (!pack.concatenated()) continue;
+      std::size_t offset = 0;
+      for (std::size_t k : pack.leaves) {
+        be_.copy_within(outs_[k]->data(), static_cast<const unsigned char*>(bufs_[p].out) + offset, outs_[k]->bytes());
+        offset += outs_[k]->bytes();
+      }
+    }
+  }
+
+ private:
+  struct Buffers {
+    void* in = nullptr;
+    void* out = nullptr;
+    UntypedTensor in_t, out_t;  // owners when concatenated
+  };
+  DType dtype_of(std::size_t p) const { return ins_[packs_[p].leaves.front()]->dtype; }
+  // ncclAvg pre-multiplies floats by 1/n, which is exact only for a power of two; integers keep
+  // the sum-then-truncating-division of the other implementations.
+  static bool uses_avg(ReduceOp op, int n, DType dtype) {
+    return op == ReduceOp::MEAN && is_power_of_two(n) && dtype_is_floating(dtype);
+  }
+
+  CudaBackend& be_;
+  const std::vector<detail::NcclPack>& packs_;
+  std::vector<const UntypedTensor*> ins_, outs_;
+  std::vector<Buffers> bufs_;
+};
 
 }  // namespace
 
@@ -386,71 +503,89 @@ void NcclAllReduce::all_reduce(ReduceOp op, detail::CollectiveStep& step) {
   if (on_gpus.empty()) return;
 
   const std::vector<int> physical = physical_of(home, "all_reduce");
-  std::shared_ptr<Comms> comms = impl_->acquire(home, physical, step);
+  std::shared_ptr<Comms> comms = impl_->acquire(home, physical, step.timeout_seconds(), step.aborted());
   CudaBackend& be = detail::cuda_backend(home[me]);
   detail::CudaDeviceGuard guard(be.physical(), be.device());
-  const Device& dev = be.device();
-
+  std::vector<const UntypedTensor*> ins, outs;
   std::vector<std::pair<DType, int64_t>> described;
-  for (std::size_t i : on_gpus) described.emplace_back(step.inputs(me)[i].dtype, step.inputs(me)[i].numel);
+  for (std::size_t i : on_gpus) {
+    ins.push_back(&step.inputs(me)[i]);
+    outs.push_back(&step.outputs(me)[i]);
+    described.emplace_back(step.inputs(me)[i].dtype, step.inputs(me)[i].numel);
+  }
   const auto packs = detail::plan_nccl_packs(described, num_packs_);
-  const bool use_avg = op == ReduceOp::MEAN && is_power_of_two(n);  // ncclAvg premultiplies: exact only then
-  const ncclRedOp_t redop = use_avg ? ncclAvg : ncclSum;
-
-  // Concatenated packs get their own buffers.
-  struct Buffers {
-    void* in;
-    void* out;
-    UntypedTensor in_t, out_t;  // owners when concatenated
-  };
-  std::vector<Buffers> bufs(packs.size());
-  for (std::size_t p = 0; p < packs.size(); ++p) {
-    const auto& pack = packs[p];
-    const std::size_t first = on_gpus[pack.leaves.front()];
-    const DType dtype = step.inputs(me)[first].dtype;
-    if (!pack.concatenated()) {
-      bufs[p].in = step.inputs(me)[first].data();
-      bufs[p].out = step.outputs(me)[first].data();
-      continue;
-    }
-    bufs[p].in_t = detail::make_untyped(dtype, {pack.numel}, dev);
-    bufs[p].out_t = detail::make_untyped(dtype, {pack.numel}, dev);
-    bufs[p].in = bufs[p].in_t.data();
-    bufs[p].out = bufs[p].out_t.data();
-    std::size_t offset = 0;
-    for (std::size_t k : pack.leaves) {
-      const auto& t = step.inputs(me)[on_gpus[k]];
-      be.copy_within(static_cast<unsigned char*>(bufs[p].in) + offset, t.data(), t.bytes());
-      offset += t.bytes();
-    }
-  }
-  enqueue_group(*comms, me, step, "all_reduce", [&](ncclComm_t comm) {
-    for (std::size_t p = 0; p < packs.size(); ++p) {
-      const DType dtype = step.inputs(me)[on_gpus[packs[p].leaves.front()]].dtype;
-      const std::size_t elem = dtype_size(dtype);
-      for (const auto& [b, e] : packs[p].chunks) {
-        const ncclResult_t r = ncclAllReduce(static_cast<const unsigned char*>(bufs[p].in) + b * elem,
-                                             static_cast<unsigned char*>(bufs[p].out) + b * elem,
-                                             static_cast<std::size_t>(e - b), nccl_type(dtype), redop, comm, be.stream());
-        if (r != ncclSuccess && r != ncclInProgress) return r;
-      }
-    }
-    return ncclSuccess;
-  });
-  for (std::size_t p = 0; p < packs.size(); ++p) {
-    const auto& pack = packs[p];
-    const DType dtype = step.inputs(me)[on_gpus[pack.leaves.front()]].dtype;
-    if (op == ReduceOp::MEAN && !use_avg) be.divide(dtype, bufs[p].out, pack.numel, n);
-    if (!pack.concatenated()) continue;
-    std::size_t offset = 0;
-    for (std::size_t k : pack.leaves) {
-      const auto& t = step.outputs(me)[on_gpus[k]];
-      be.copy_within(t.data(), static_cast<const unsigned char*>(bufs[p].out) + offset, t.bytes());
-      offset += t.bytes();
-    }
-  }
+  RankPacks rank(be, packs, ins, outs);
+  const Limits limits{step.timeout_seconds(), &step};
+  enqueue_group(*comms, {me}, limits, "all_reduce",
+                [&](int, ncclComm_t comm) { return rank.enqueue(op, n, comm); });
+  rank.finish(op, n);
   be.check(cudaEventRecord(comms->done[me], be.stream()), "cudaEventRecord");
-  wait_for_completion(*comms, me, be, step, "all_reduce");
+  wait_for_completion(*comms, me, be, limits, "all_reduce");
+}
+
+bool NcclAllReduce::batch_all_reduce(ReduceOp op, const std::vector<std::vector<UntypedTensor>>& inputs,
+                                     const std::vector<Device>& devices, std::vector<std::vector<UntypedTensor>>& outputs,
+                                     double timeout_s) {
+  const int n = static_cast<int>(devices.size());
+  if (n < 2 || inputs.empty()) return false;
+  // Only replicas on distinct physical GPUs with every input on its replica's GPU; anything else
+  // (host replicas, logical GPUs of one chip, inputs elsewhere) takes the caller's host path.
+  std::vector<int> logical, physical;
+  std::set<int> seen;
+  for (const Device& d : devices) {
+    if (d.is_host()) return false;
+    const int p = detail::logical_gpu_location(d.index()).first;
+    if (!seen.insert(p).second) return false;
+    logical.push_back(d.index());
+    physical.push_back(p);
+  }
+  for (const auto& per_replica : inputs)
+    for (int r = 0; r < n; ++r)
+      if (per_replica[static_cast<std::size_t>(r)].device() != devices[static_cast<std::size_t>(r)]) return false;
+
+  std::vector<std::vector<UntypedTensor>> out(inputs.size());
+  std::vector<std::size_t> leaves;  // non-empty values, reduced through NCCL
+  std::vector<std::pair<DType, int64_t>> described;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    for (int r = 0; r < n; ++r) {
+      const auto& in = inputs[i][static_cast<std::size_t>(r)];
+      out[i].push_back(detail::make_untyped(in.dtype, in.shape, devices[static_cast<std::size_t>(r)]));
+    }
+    if (inputs[i][0].numel == 0) continue;
+    leaves.push_back(i);
+    described.emplace_back(inputs[i][0].dtype, inputs[i][0].numel);
+  }
+  if (!leaves.empty()) {
+    std::shared_ptr<Comms> comms = impl_->acquire(logical, physical, timeout_s, false);
+    const auto packs = detail::plan_nccl_packs(described, num_packs_);
+    std::vector<std::unique_ptr<RankPacks>> ranks;
+    for (int r = 0; r < n; ++r) {
+      CudaBackend& be = detail::cuda_backend(logical[static_cast<std::size_t>(r)]);
+      detail::CudaDeviceGuard guard(be.physical(), be.device());
+      std::vector<const UntypedTensor*> ins, outs;
+      for (std::size_t i : leaves) {
+        ins.push_back(&inputs[i][static_cast<std::size_t>(r)]);
+        outs.push_back(&out[i][static_cast<std::size_t>(r)]);
+      }
+      ranks.push_back(std::make_unique<RankPacks>(be, packs, ins, outs));
+    }
+    std::vector<int> all(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) all[static_cast<std::size_t>(r)] = r;
+    const Limits limits{timeout_s};
+    enqueue_group(*comms, all, limits, "batch_all_reduce", [&](int r, ncclComm_t comm) {
+      return ranks[static_cast<std::size_t>(r)]->enqueue(op, n, comm);
+    });
+    for (int r = 0; r < n; ++r) {
+      CudaBackend& be = ranks[static_cast<std::size_t>(r)]->backend();
+      detail::CudaDeviceGuard guard(be.physical(), be.device());
+      ranks[static_cast<std::size_t>(r)]->finish(op, n);
+      be.check(cudaEventRecord(comms->done[static_cast<std::size_t>(r)], be.stream()), "cudaEventRecord");
+    }
+    for (int r = 0; r < n; ++r)
+      wait_for_completion(*comms, r, ranks[static_cast<std::size_t>(r)]->backend(), limits, "batch_all_reduce");
+  }
+  outputs = std::move(out);
+  return true;
 }
 
 void NcclAllReduce::all_gather(int axis, detail::CollectiveStep& step) {
@@ -469,7 +604,7 @@ void NcclAllReduce::all_gather(int axis, detail::CollectiveStep& step) {
       continue;
     }
     const std::vector<int> physical = physical_of(home, "all_gather");
-    std::shared_ptr<Comms> comms = impl_->acquire(home, physical, step);
+    std::shared_ptr<Comms> comms = impl_->acquire(home, physical, step.timeout_seconds(), step.aborted());
     CudaBackend& be = detail::cuda_backend(home[me]);
     detail::CudaDeviceGuard guard(be.physical(), be.device());
     const UntypedTensor& out = outs[i];
@@ -493,7 +628,8 @@ void NcclAllReduce::all_gather(int axis, detail::CollectiveStep& step) {
       for (int root = 0; root < n; ++root)
         if (outer > 1 && row[root] > 0) staged[root] = detail::make_untyped(dtype, {outer * row[root]}, be.device());
     }
-    enqueue_group(*comms, me, step, "all_gather", [&](ncclComm_t comm) {
+    const Limits limits{step.timeout_seconds(), &step};
+    enqueue_group(*comms, {me}, limits, "all_gather", [&](int, ncclComm_t comm) {
       if (outer == 1 && equal) {
         return ncclAllGather(parts[me]->data(), out.data(), static_cast<std::size_t>(row[me]), nccl_type(dtype), comm,
                              be.stream());
@@ -525,7 +661,7 @@ void NcclAllReduce::all_gather(int axis, detail::CollectiveStep& step) {
       }
     }
     be.check(cudaEventRecord(comms->done[me], be.stream()), "cudaEventRecord");
-    wait_for_completion(*comms, me, be, step, "all_gather");
+    wait_for_completion(*comms, me, be, limits, "all_gather");
   }
 }
 
