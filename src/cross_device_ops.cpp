@@ -5,6 +5,7 @@
 
 #include "gpu_hooks.hpp"
 #include "gpu_registry.hpp"
+#include "mirrored/detail/device_backend.hpp"
 #include "mirrored/detail/ops_selection.hpp"
 #include "mirrored/detail/packing.hpp"
 #include "mirrored/errors.hpp"
@@ -62,19 +63,32 @@ void concat_into(const std::vector<const UntypedTensor*>& parts, int axis, const
   for (int d = 0; d < axis; ++d) outer *= out.shape[d];
   for (std::size_t d = axis + 1; d < out.shape.size(); ++d) inner *= out.shape[d];
   const int64_t out_row = out.shape[axis] * inner;
+  auto* dst = static_cast<unsigned char*>(out.data());
+  DeviceBackend* strided = nullptr;  // set once a part was copied with copy_rows_within
   int64_t offset = 0;
   for (const UntypedTensor* p : parts) {
     const int64_t row = p->shape[axis] * inner;
-    if (row) {
-      const auto* src = static_cast<const unsigned char*>(p->data());
-      auto* dst = static_cast<unsigned char*>(out.data());
-      for (int64_t o = 0; o < outer; ++o) {
-        copy_between(dst + (o * out_row + offset) * elem, out.device(), src + o * row * elem, p->device(),
-                     static_cast<std::size_t>(row) * elem);
+    if (row == 0) continue;
+    if (outer == 1) {
+      copy_between(dst + offset * static_cast<int64_t>(elem), out.device(), p->data(), p->device(), p->bytes());
+    } else {
+      // One strided copy per part on the output's device (a part from elsewhere is brought there
+      // first), instead of one copy per outer index.
+      const UntypedTensor* local = p;
+      UntypedTensor staged;
+      if (!(p->device() == out.device() || (p->device().is_host() && out.device().is_host()))) {
+        staged = make_untyped(p->dtype, p->shape, out.device());
+        copy_between(staged.data(), out.device(), p->data(), p->device(), p->bytes());
+        local = &staged;
       }
+      strided = &backend_for(out.device());
+      strided->copy_rows_within(dst + offset * static_cast<int64_t>(elem), static_cast<std::size_t>(out_row) * elem,
+                                local->data(), static_cast<std::size_t>(row) * elem,
+                                static_cast<std::size_t>(row) * elem, static_cast<std::size_t>(outer));
     }
     offset += row;
   }
+  if (strided) strided->synchronize();  // complete on return, like copy_between
 }
 
 std::shared_ptr<CrossDeviceOps> select_cross_device_ops(const std::vector<Device>& devices) {

@@ -297,6 +297,14 @@ void CudaBackend::copy_within(void* dst, const void* src, std::size_t bytes) {
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
 }
 
+void CudaBackend::copy_rows_within(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                                   std::size_t width, std::size_t height) {
+  if (width == 0 || height == 0) return;
+  CudaDeviceGuard guard(physical_, logical_);
+  check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, cudaMemcpyDeviceToDevice, stream_),
+        "cudaMemcpy2DAsync");
+}
+
 void CudaBackend::fill(DType dtype, void* dst, int64_t count, const void* value) {
   if (count <= 0) return;
   CudaDeviceGuard guard(physical_, logical_);

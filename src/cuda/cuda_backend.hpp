@@ -66,6 +66,9 @@ class CudaBackend final : public DeviceBackend {
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override;
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override;
   void copy_within(void* dst, const void* src, std::size_t bytes) override;
+  /// One cudaMemcpy2DAsync on the stream.
+  void copy_rows_within(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t width,
+                        std::size_t height) override;
   /// On this device's copy stream (created on first use), after the work already queued on the
   /// main stream that may still use `dst`'s memory; a source inside a large host block is copied
   /// directly once the block is pinned (it stays pinned while the host cache recycles it).

@@ -36,6 +36,16 @@ class DeviceBackend {
   virtual void copy_to_host(void* dst, const void* src, std::size_t bytes) = 0;
   /// Copies within this device.
   virtual void copy_within(void* dst, const void* src, std::size_t bytes) = 0;
+  /// Copies `height` rows of `width` bytes within this device: row k goes from
+  /// `src + k * src_pitch` to `dst + k * dst_pitch` (gathering and concatenating along inner
+  /// axes). Ordered like `copy_within`; the default copies row by row with it.
+  virtual void copy_rows_within(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                                std::size_t width, std::size_t height) {
+    for (std::size_t k = 0; k < height; ++k) {
+      copy_within(static_cast<unsigned char*>(dst) + k * dst_pitch,
+                  static_cast<const unsigned char*>(src) + k * src_pitch, width);
+    }
+  }
   /// Copies host memory into `dst`, a block allocated on this device after every earlier use of
   /// it was enqueued, for input prefetching. Where the device has streams, the copy runs on a copy
   /// stream of its own (pinning the source's host block when it can) after only the work queued
