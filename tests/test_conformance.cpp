@@ -78,8 +78,10 @@ TEST_P(ConformanceOps, DistributedInputRecordsTheData) {
         EXPECT_EQ(slice->shape[1], kInputWidth);
         std::vector<float> got(slice->bytes.size() / sizeof(float)), twice(got.size());
         ASSERT_EQ(doubled->bytes.size(), slice->bytes.size());
-        std::memcpy(got.data(), slice->bytes.data(), slice->bytes.size());
-        std::memcpy(twice.data(), doubled->bytes.data(), doubled->bytes.size());
+        if (!got.empty()) {  // the last, partial batch leaves some replicas an empty slice
+          std::memcpy(got.data(), slice->bytes.data(), slice->bytes.size());
+          std::memcpy(twice.data(), doubled->bytes.data(), doubled->bytes.size());
+        }
         for (std::size_t k = 0; k < got.size(); ++k) {
           const auto flat = static_cast<std::size_t>(row * kInputWidth) + k;
           ASSERT_EQ(got[k], static_cast<float>(flat % 4093)) << tag << " replica " << r << " element " << k;
