@@ -9,6 +9,7 @@
 #include "mirrored/detail/ops_selection.hpp"
 #include "mirrored/detail/packing.hpp"
 #include "mirrored/errors.hpp"
+#include "stream_copy.hpp"
 
 namespace mirrored {
 namespace detail {
@@ -169,6 +170,13 @@ void InProcessAllReduce::reduce(ReduceOp op, const std::vector<detail::UntypedTe
   detail::reduce_on_device(op, per_replica, out, out.device());
 }
 
+namespace {
+constexpr std::size_t kBlockBytes = 16384;
+// Per replica and pack: at this size the N outputs no longer fit a typical last-level cache
+// share, so caching them on the way out only costs bandwidth.
+constexpr std::size_t kStreamMinBytes = std::size_t{8} << 20;
+}  // namespace
+
 void InProcessAllReduce::all_reduce(ReduceOp op, detail::CollectiveStep& step) {
   const int n = step.num_replicas();
   const int me = step.replica();
@@ -179,6 +187,7 @@ void InProcessAllReduce::all_reduce(ReduceOp op, detail::CollectiveStep& step) {
     }
   }
   auto& host = detail::backend_for(cpu0);
+  alignas(64) unsigned char scratch[kBlockBytes];
   std::vector<const void*> ptrs(n);
   const auto& mine = step.inputs(me);
   // A pack is one run of same-dtype tensors, seen as one virtual buffer: replica r reduces its
@@ -195,7 +204,10 @@ void InProcessAllReduce::all_reduce(ReduceOp op, detail::CollectiveStep& step) {
     const int64_t lo = std::min(total, per * me);
     const int64_t hi = std::min(total, lo + per);
     // Blocks small enough that the sum is still in cache when it is copied to the other replicas.
-    const int64_t block = static_cast<int64_t>(16384 / elem);
+    const int64_t block = static_cast<int64_t>(kBlockBytes / elem);
+    // Outputs too large to stay cached are written around the cache from a scratch block: no
+    // write-allocate reads of the fresh output lines.
+    const bool streaming = static_cast<std::size_t>(total) * elem >= kStreamMinBytes;
     int64_t base = 0;
     for (std::size_t i : pack) {
       const int64_t begin = std::max(lo, base) - base;
@@ -203,16 +215,23 @@ void InProcessAllReduce::all_reduce(ReduceOp op, detail::CollectiveStep& step) {
       base += mine[i].numel;
       for (int64_t b = begin; b < end; b += block) {
         const int64_t len = std::min(block, end - b);
+        const std::size_t bytes = static_cast<std::size_t>(len) * elem;
         for (int r = 0; r < n; ++r) ptrs[r] = static_cast<const unsigned char*>(step.inputs(r)[i].data()) + b * elem;
         auto* first = static_cast<unsigned char*>(step.outputs(0)[i].data()) + b * elem;
-        host.sum_n(dtype, ptrs.data(), n, first, len);
-        if (op == ReduceOp::MEAN) host.divide(dtype, first, len, n);
-        for (int r = 1; r < n; ++r) {
-          std::memcpy(static_cast<unsigned char*>(step.outputs(r)[i].data()) + b * elem, first,
-                      static_cast<std::size_t>(len) * elem);
+        unsigned char* sum = streaming ? scratch : first;
+        host.sum_n(dtype, ptrs.data(), n, sum, len);
+        if (op == ReduceOp::MEAN) host.divide(dtype, sum, len, n);
+        for (int r = streaming ? 0 : 1; r < n; ++r) {
+          auto* out = static_cast<unsigned char*>(step.outputs(r)[i].data()) + b * elem;
+          if (streaming) {
+            detail::stream_copy(out, sum, bytes);
+          } else {
+            std::memcpy(out, sum, bytes);
+          }
         }
       }
     }
+    if (streaming) detail::stream_fence();  // before the collective tells the others it is done
   }
 }
 

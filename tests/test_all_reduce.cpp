@@ -75,6 +75,37 @@ TEST_P(CollectiveTest, LargeOddSizedBuffersAreExact) {
   for (int r = 0; r < n(); ++r) EXPECT_EQ(out[r], 0) << "replica " << r;
 }
 
+// Packs of 8 MiB and more are written to the outputs with streaming stores: a pack of an odd-sized
+// float tensor and an int32 one (two packs), and a float pack of two tensors whose boundary falls
+// inside a replica's slice, with SUM and MEAN.
+TEST_P(CollectiveTest, StreamedLargePacksAreExact) {
+  auto s = make();
+  constexpr int64_t kBig = (int64_t{9} << 20) / 4 + 13;  // just over 9 MiB of floats
+  const int replicas = n(), ids = id_sum();
+  auto out = s->run([&] {
+    Tensor<float> a = Tensor<float>::empty({kBig});
+    Tensor<float> b = Tensor<float>::empty({kBig / 3});
+    Tensor<int32_t> c = Tensor<int32_t>::empty({kBig});
+    for (int64_t i = 0; i < kBig; ++i) {
+      a.data()[i] = float((i % 1000) * replicas + id());
+      c.data()[i] = int32_t(i % 7919) - id();
+    }
+    for (int64_t i = 0; i < kBig / 3; ++i) b.data()[i] = float(i % 501);
+    ReplicaContext* ctx = get_replica_context();
+    auto [sa, sb, sc] = ctx->all_reduce(ReduceOp::SUM, std::make_tuple(a, b, c));
+    const Tensor<float> ma = ctx->all_reduce(ReduceOp::MEAN, a);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < kBig; ++i) {
+      wrong += sa.data()[i] != float((i % 1000) * replicas * replicas + ids);
+      wrong += ma.data()[i] != float((i % 1000) * replicas) + float(ids) / float(replicas);
+      wrong += sc.data()[i] != int32_t(i % 7919) * replicas - ids;
+    }
+    for (int64_t i = 0; i < kBig / 3; ++i) wrong += sb.data()[i] != float(i % 501) * float(replicas);
+    return wrong;
+  });
+  for (int r = 0; r < n(); ++r) EXPECT_EQ(out[r], 0) << "replica " << r;
+}
+
 TEST_P(CollectiveTest, AllDtypesAndEmptyTensors) {
   auto s = make();
   auto out = s->run([] {
