@@ -55,7 +55,6 @@ std::vector<std::vector<detail::UntypedTensor>> StrategyExtended::batch_reduce_o
 std::vector<detail::UntypedTensor> StrategyExtended::batch_reduce_flat(
     ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values, int64_t bytes_per_pack) {
   const std::size_t n = static_cast<std::size_t>(s_.num_replicas_in_sync());
-  check_batch(values, n, bytes_per_pack);
   std::vector<detail::UntypedTensor> out(values.size());
   if (values.empty()) return out;
   // Plan on replica 0's tensors; every replica's tensors have the same shapes and dtypes.

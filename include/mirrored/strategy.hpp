@@ -137,11 +137,13 @@ class StrategyExtended {
  private:
   friend class Strategy;
   explicit StrategyExtended(Strategy& s) : s_(s) {}
-  // Reduces value i (one tensor per replica, `values[i][r]`) into host tensors, in packs.
+  // Reduces value i (one tensor per replica, `values[i][r]`, validated by batch_reduce_onto) into
+  // host tensors, in packs.
   std::vector<detail::UntypedTensor> batch_reduce_flat(ReduceOp op,
                                                        const std::vector<std::vector<detail::UntypedTensor>>& values,
                                                        int64_t bytes_per_pack);
-  // Reduces value i onto `destinations[i][r]` (the devices of its destination's copies): through
+  // Validates, then reduces value i onto `destinations[i][r]` (the devices of its destination's
+  // copies, or the one device of reduce_to): through
   // the cross-device ops' own batch all-reduce when the destinations are the replicas' devices
   // and it has one, else through batch_reduce_flat and copies. Returns out[i][r].
   std::vector<std::vector<detail::UntypedTensor>> batch_reduce_onto(

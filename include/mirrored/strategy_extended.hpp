@@ -49,8 +49,7 @@ Tensor<T> StrategyExtended::reduce_to(ReduceOp op, const PerReplica<Tensor<T>>& 
   s_.check_components("reduce_to", value);
   std::vector<std::vector<detail::UntypedTensor>> values(1);
   for (const auto& t : value.values()) values[0].push_back(detail::TensorAccess::erase(t));
-  Tensor<T> host = detail::TensorAccess::restore<T>(batch_reduce_flat(op, values, options.bytes_per_pack)[0]);
-  return destination == host.device() ? host : host.to(destination);
+  return detail::TensorAccess::restore<T>(batch_reduce_onto(op, values, {{destination}}, options)[0][0]);
 }
 
 template <class T>
