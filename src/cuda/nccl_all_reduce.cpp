@@ -1,21 +1,13 @@
-// NcclAllReduce with NCCL: one non-blocking communicator per replica GPU, created together
-// (ncclCommInitRankConfig for every rank inside one group: ncclCommInitAll with a configuration),
-// collectives enqueued by each replica thread on its own stream, and every wait bounded by the
-// collective's deadline. A collective that runs past it, or whose run is aborted because another
-// replica failed, aborts the communicators (ncclCommAbort); the next collective creates new ones.
+// NcclAllReduce with NCCL: collectives enqueued by each replica thread on its own stream (or,
+// for batch_all_reduce, every rank's from the calling thread), packed per num_packs, on the
+// communicators of nccl_comms.hpp; every wait is bounded by the collective's deadline, and a
+// failed or late collective aborts the communicators (the next one creates new ones).
 #ifdef MIRRORED_HAVE_NCCL
-#include <nccl.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <chrono>
 #include <memory>
 #include <mutex>
 #include <set>
-#include <shared_mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "../collective_helpers.hpp"
@@ -24,6 +16,7 @@
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/detail/ops_selection.hpp"
 #include "mirrored/errors.hpp"
+#include "nccl_comms.hpp"
 
 namespace mirrored {
 
@@ -36,89 +29,12 @@ namespace {
 using detail::CudaBackend;
 using detail::str_cat;
 using detail::UntypedTensor;
-using Clock = std::chrono::steady_clock;
-
-[[noreturn]] void throw_nccl_error(ncclResult_t r, const char* call, const std::string& where, ncclComm_t comm) {
-  std::string message = str_cat("NcclAllReduce: ", call, " failed on ", where, ": ", ncclGetErrorString(r));
-  if (comm) {
-    const char* last = ncclGetLastError(comm);
-    if (last && *last) message += str_cat(" (", last, ")");
-  }
-  switch (r) {
-    case ncclSystemError:
-    case ncclRemoteError:
-    case ncclUnhandledCudaError:
-      throw UnavailableError(message);
-    default:
-      throw InternalError(message);
-  }
-}
-
-ncclDataType_t nccl_type(DType d) {
-  switch (d) {
-    case DType::float32: return ncclFloat32;
-    case DType::float64: return ncclFloat64;
-    case DType::int32: return ncclInt32;
-    case DType::int64: return ncclInt64;
-    case DType::uint8: break;
-  }
-  return ncclUint8;
-}
-
-// Communicators of one set of replica GPUs.
-struct Comms {
-  std::vector<int> logical;   // rank -> logical GPU index
-  std::vector<int> physical;  // rank -> physical GPU
-  std::vector<ncclComm_t> comms;
-  std::vector<cudaEvent_t> done;  // rank -> event on its stream after its collective
-  std::shared_mutex mu;           // shared: using the communicators; exclusive: aborting them
-  std::atomic<bool> aborted{false};
-
-  ~Comms() {
-    std::unique_lock lock(mu);
-    abort_locked();
-    for (std::size_t r = 0; r < done.size(); ++r) {
-      if (!done[r]) continue;
-      detail::CudaDeviceGuard guard(physical[r], std::nothrow);
-      if (cudaEventDestroy(done[r]) != cudaSuccess) (void)cudaGetLastError();
-    }
-  }
-  // Tears the communicators down without waiting for peers (also what a destructor needs: no
-  // collective is in flight then, and abort never blocks on other ranks).
-  void abort_locked() noexcept {
-    if (aborted) return;
-    aborted = true;
-    for (std::size_t r = 0; r < comms.size(); ++r) {
-      if (!comms[r]) continue;
-      detail::CudaDeviceGuard guard(physical[r], std::nothrow);
-      (void)ncclCommAbort(comms[r]);
-    }
-  }
-  void abort() noexcept {
-    std::unique_lock lock(mu);
-    abort_locked();
-  }
-  std::string where(int rank) const {
-    return detail::describe_gpu_call_site(Device(DeviceType::GPU, logical[rank]), physical[rank]);
-  }
-};
-
-// Backs off from a busy poll to short sleeps.
-class Poll {
- public:
-  void pause() {
-    ++spins_;
-    if (spins_ < 64) return;
-    if (spins_ < 256) {
-      std::this_thread::yield();
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(spins_ < 2048 ? 20 : 500));
-  }
-
- private:
-  int spins_ = 0;
-};
+using detail::nccl::Comms;
+using detail::nccl::Limits;
+using detail::nccl::create_comms;
+using detail::nccl::enqueue_group;
+using detail::nccl::nccl_type;
+using detail::nccl::wait_for_completion;
 
 bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
@@ -139,206 +55,12 @@ struct NcclAllReduce::Impl {
     current.reset();  // aborts the previous set (it is idle: no collective of it is in flight)
     // Creating communicators (topology detection, connections) can take seconds on a large
     // machine, more than a short collective deadline allows; it gets at least kInitTimeoutS.
-    current = create(logical, physical, std::max(timeout_s, kInitTimeoutS));
+    current = create_comms(logical, physical, std::max(timeout_s, kInitTimeoutS));
     return current;
-  }
-
-  static std::shared_ptr<Comms> create(const std::vector<int>& logical, const std::vector<int>& physical,
-                                       double timeout_s) {
-    const int n = static_cast<int>(logical.size());
-    auto c = std::make_shared<Comms>();
-    c->logical = logical;
-    c->physical = physical;
-    c->comms.assign(n, nullptr);
-    c->done.assign(n, nullptr);
-    const std::string all = str_cat(n, " GPUs");
-    // Every rank lives in this process and is initialised by this thread: connect them during
-    // initialisation rather than at the first collective, where a rank that never arrives would
-    // leave a half-made connection for ncclCommAbort to interrupt. A user's setting wins.
-    (void)setenv("NCCL_RUNTIME_CONNECT", "0", 0);
-    ncclUniqueId id;
-    ncclResult_t res = ncclGetUniqueId(&id);
-    if (res != ncclSuccess) throw_nccl_error(res, "ncclGetUniqueId", all, nullptr);
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    {
-      std::unique_lock lock(c->mu);
-      for (int r = 0; r < n; ++r) {
-        detail::CudaBackend& be = detail::cuda_backend(logical[r]);
-        detail::CudaDeviceGuard guard(physical[r], be.device());
-        be.check(cudaEventCreateWithFlags(&c->done[r], cudaEventDisableTiming), "cudaEventCreateWithFlags");
-      }
-      res = ncclGroupStart();
-      if (res != ncclSuccess) throw_nccl_error(res, "ncclGroupStart", all, nullptr);
-      ncclResult_t failed = ncclSuccess;
-      const char* failed_call = "ncclCommInitRankConfig";
-      int failed_rank = 0;
-      for (int r = 0; r < n && failed == ncclSuccess; ++r) {
-        detail::CudaDeviceGuard guard(physical[r], Device(DeviceType::GPU, logical[r]));
-        res = ncclCommInitRankConfig(&c->comms[r], n, id, r, &config);
-        if (res != ncclSuccess && res != ncclInProgress) {
-          failed = res;
-          failed_rank = r;
-        }
-      }
-      res = ncclGroupEnd();
-      if (failed == ncclSuccess && res != ncclSuccess && res != ncclInProgress) {
-        failed = res;
-        failed_call = "ncclGroupEnd (communicator initialisation)";
-      }
-      if (failed != ncclSuccess) {
-        c->abort_locked();
-        throw_nccl_error(failed, failed_call, c->where(failed_rank), nullptr);
-      }
-    }
-    // Non-blocking initialisation: wait until every communicator is ready, within the deadline.
-    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
-    for (int r = 0; r < n; ++r) {
-      Poll poll;
-      while (true) {
-        ncclResult_t state = ncclSuccess;
-        res = ncclCommGetAsyncError(c->comms[r], &state);
-        if (res != ncclSuccess) state = res;
-        if (state == ncclSuccess) break;
-        if (state != ncclInProgress) {
-          const std::string where = c->where(r);
-          const char* last = ncclGetLastError(c->comms[r]);
-          const std::string detail = last && *last ? str_cat(" (", last, ")") : "";
-          c->abort();
-          throw_nccl_error(state, str_cat("communicator initialisation", detail).c_str(), where, nullptr);
-        }
-        if (Clock::now() > deadline) {
-          c->abort();
-          throw DeadlineExceededError(str_cat("NcclAllReduce: creating the NCCL communicators of ", n,
-                                              " GPUs took longer than ", timeout_s, " s; they were aborted"));
-        }
-        poll.pause();
-      }
-    }
-    return c;
   }
 };
 
 namespace {
-
-// What a wait observes: its deadline, and for a replica-context collective the run's abort signal
-// (another replica failed). A cross-replica call has no step.
-struct Limits {
-  double timeout_s;
-  detail::CollectiveStep* step = nullptr;
-  bool aborted() const { return step && step->aborted(); }
-};
-
-// Waits until rank `me`'s enqueued NCCL work (and what follows it on the stream up to `done`)
-// has finished, within the deadline; aborts the communicators on a timeout, an NCCL error or an
-// aborted run.
-void wait_for_completion(Comms& c, int me, CudaBackend& be, const Limits& limits, const char* what) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(limits.timeout_s);
-  Poll poll;
-  while (true) {
-    {
-      std::shared_lock lock(c.mu);
-      if (c.aborted) {
-        throw AbortedError(str_cat("NcclAllReduce::", what, " on replica ", me,
-                                   ": the NCCL communicators were aborted (another replica's collective failed or "
-                                   "timed out)"));
-      }
-      const cudaError_t q = cudaEventQuery(c.done[me]);
-      if (q == cudaSuccess) return;
-      // Not an error, but the runtime may keep it as this thread's last error, which a later
-      // kernel launch check would then report.
-      if (q == cudaErrorNotReady) (void)cudaGetLastError();
-      if (q != cudaErrorNotReady) {
-        lock.unlock();
-        c.abort();
-        be.check(q, "cudaEventQuery (NCCL collective)");
-      }
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t res = ncclCommGetAsyncError(c.comms[me], &state);
-      if (res != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
-        const ncclResult_t bad = res != ncclSuccess ? res : state;
-        const std::string where = c.where(me);
-        lock.unlock();
-        c.abort();
-        throw_nccl_error(bad, what, where, nullptr);
-      }
-    }
-    if (limits.aborted()) {
-      c.abort();
-      throw AbortedError(str_cat("NcclAllReduce::", what, " on replica ", me,
-                                 ": another replica failed; the NCCL communicators were aborted"));
-    }
-    if (Clock::now() > deadline) {
-      c.abort();
-      throw DeadlineExceededError(str_cat("NcclAllReduce::", what, " on replica ", me, " (", c.where(me),
-                                          ") did not complete within ", limits.timeout_s,
-                                          " s; the NCCL communicators were aborted (the next collective creates "
-                                          "new ones)"));
-    }
-    poll.pause();
-  }
-}
-
-// Waits until rank `me`'s calls of a group are on its stream (a non-blocking communicator may
-// still be connecting when ncclGroupEnd returns).
-void wait_enqueued(Comms& c, int me, const Limits& limits, const char* what) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(limits.timeout_s);
-  Poll poll;
-  while (true) {
-    {
-      std::shared_lock lock(c.mu);
-      MIRRORED_ENFORCE(!c.aborted, AbortedError, "NcclAllReduce::", what, " on replica ", me,
-                       ": the NCCL communicators were aborted");
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t res = ncclCommGetAsyncError(c.comms[me], &state);
-      const ncclResult_t bad = res != ncclSuccess ? res : state;
-      if (bad == ncclSuccess) return;
-      if (bad != ncclInProgress) {
-        const std::string where = c.where(me);
-        lock.unlock();
-        c.abort();
-        throw_nccl_error(bad, what, where, nullptr);
-      }
-    }
-    if (limits.aborted() || Clock::now() > deadline) {
-      c.abort();
-      if (limits.aborted()) throw AbortedError(str_cat("NcclAllReduce::", what, " on replica ", me, ": another replica failed"));
-      throw DeadlineExceededError(str_cat("NcclAllReduce::", what, " on replica ", me,
-                                          " could not be enqueued within ", limits.timeout_s,
-                                          " s; the NCCL communicators were aborted"));
-    }
-    poll.pause();
-  }
-}
-
-// Runs `enqueue(rank, comm)` for each rank of `ranks` inside one NCCL group (one rank per
-// replica thread, or every rank from one cross-replica thread) and waits until the calls are on
-// the streams.
-template <class Enqueue>
-void enqueue_group(Comms& c, const std::vector<int>& ranks, const Limits& limits, const char* what, Enqueue enqueue) {
-  {
-    std::shared_lock lock(c.mu);
-    MIRRORED_ENFORCE(!c.aborted, AbortedError, "NcclAllReduce::", what, " on replica ", ranks.front(),
-                     ": the NCCL communicators were aborted");
-    ncclResult_t res = ncclGroupStart();
-    if (res != ncclSuccess) throw_nccl_error(res, "ncclGroupStart", c.where(ranks.front()), c.comms[ranks.front()]);
-    ncclResult_t called = ncclSuccess;
-    int failed = ranks.front();
-    for (int r : ranks) {
-      detail::CudaDeviceGuard guard(c.physical[r], std::nothrow);
-      called = enqueue(r, c.comms[r]);
-      if (called != ncclSuccess && called != ncclInProgress) {
-        failed = r;
-        break;
-      }
-    }
-    res = ncclGroupEnd();
-    if (called != ncclSuccess && called != ncclInProgress) throw_nccl_error(called, what, c.where(failed), c.comms[failed]);
-    if (res != ncclSuccess && res != ncclInProgress)
-      throw_nccl_error(res, "ncclGroupEnd", c.where(ranks.front()), c.comms[ranks.front()]);
-  }
-  for (int r : ranks) wait_enqueued(c, r, limits, what);
-}
 
 // Which replica GPU each replica's tensors of a leaf live on, or -1 when the leaf is not all on
 // GPUs. `home` collects each replica's GPU (the first seen); a leaf elsewhere does not qualify.
