@@ -27,7 +27,7 @@
 //                         ratio = anchor_ms / step_ms (target >= 0.9).
 //   BM_EmptyRun           strategy.run of an empty function on {GPU:0, GPU:1}: run_us per call.
 //
-// Without a GPU (or without CUDA in the build) it prints why and exits 0.
+// Built only in CUDA builds; without a GPU it prints why and exits 0.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -36,7 +36,6 @@
 
 #include <mirrored/mirrored.hpp>
 
-#ifdef MIRRORED_HAVE_CUDA
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -264,12 +263,3 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
   return 0;
 }
-
-#else  // !MIRRORED_HAVE_CUDA
-
-int main() {
-  std::printf("bench_gpu: skipped: this build of mirrored has no CUDA support\n");
-  return 0;
-}
-
-#endif

@@ -1,6 +1,6 @@
 # Builds and runs tests/consumer against mirrored in one of three ways.
 #
-#   cmake -DMODE=find_package|add_subdirectory|fetchcontent
+#   cmake -DMODE=find_package|find_package_without_eigen|add_subdirectory|fetchcontent
 #         -DCONSUMER_SOURCE_DIR=<mirrored>/tests/consumer
 #         -DWORK_DIR=<scratch dir, distinct per mode>
 #         -DMIRRORED_SOURCE_DIR=<mirrored source tree>
@@ -14,7 +14,7 @@ foreach(var MODE CONSUMER_SOURCE_DIR WORK_DIR MIRRORED_SOURCE_DIR)
     message(FATAL_ERROR "run_consumer.cmake: -D${var}=... is required")
   endif()
 endforeach()
-if(NOT MODE MATCHES "^(find_package|add_subdirectory|fetchcontent)$")
+if(NOT MODE MATCHES "^(find_package|find_package_without_eigen|add_subdirectory|fetchcontent)$")
   message(FATAL_ERROR "run_consumer.cmake: unknown MODE '${MODE}'")
 endif()
 
@@ -34,10 +34,18 @@ if(DEFINED CONFIG AND NOT CONFIG STREQUAL "")
   set(config_args --config "${CONFIG}")
 endif()
 
+set(consumer_mode "${MODE}")
+set(consumer_eigen ON)
+if(MODE STREQUAL "find_package_without_eigen")
+  # A machine without Eigen: the package config must not need it, and mirrored::eigen is absent.
+  set(consumer_mode find_package)
+  set(consumer_eigen OFF)
+endif()
 set(configure_args
   -S "${CONSUMER_SOURCE_DIR}"
   -B "${build_dir}"
-  "-DMIRRORED_CONSUMER_MODE=${MODE}")
+  "-DMIRRORED_CONSUMER_MODE=${consumer_mode}"
+  "-DMIRRORED_CONSUMER_EIGEN=${consumer_eigen}")
 if(DEFINED GENERATOR AND NOT GENERATOR STREQUAL "")
   list(APPEND configure_args -G "${GENERATOR}")
 endif()
@@ -50,11 +58,13 @@ endif()
 if(DEFINED CONFIG AND NOT CONFIG STREQUAL "")
   list(APPEND configure_args "-DCMAKE_BUILD_TYPE=${CONFIG}")
 endif()
-if(DEFINED Eigen3_DIR AND NOT Eigen3_DIR STREQUAL "" AND NOT Eigen3_DIR MATCHES "NOTFOUND$")
+if(NOT consumer_eigen)
+  list(APPEND configure_args -DCMAKE_DISABLE_FIND_PACKAGE_Eigen3=TRUE)
+elseif(DEFINED Eigen3_DIR AND NOT Eigen3_DIR STREQUAL "" AND NOT Eigen3_DIR MATCHES "NOTFOUND$")
   list(APPEND configure_args "-DEigen3_DIR=${Eigen3_DIR}")
 endif()
 
-if(MODE STREQUAL "find_package")
+if(consumer_mode STREQUAL "find_package")
   if(NOT DEFINED MIRRORED_BINARY_DIR OR MIRRORED_BINARY_DIR STREQUAL "")
     message(FATAL_ERROR "run_consumer.cmake: MODE=find_package needs -DMIRRORED_BINARY_DIR=...")
   endif()

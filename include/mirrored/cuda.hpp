@@ -2,7 +2,8 @@
 /// \file
 /// Optional CUDA interop for users who write their own kernels. The only public header that
 /// includes CUDA's; include it explicitly (the umbrella header does not) and only in a CUDA build
-/// of mirrored (`mirrored_HAVE_CUDA` in its CMake package).
+/// of mirrored (`MIRRORED_HAVE_CUDA` in <mirrored/config.hpp>, `mirrored_HAVE_CUDA` in its CMake
+/// package): elsewhere it stops the build with an #error.
 ///
 /// Every GPU device has one stream on which the library orders all its work there (copies,
 /// element-wise kernels, reductions, NCCL collectives). Enqueue your kernels on the same stream
@@ -16,6 +17,12 @@
 ///     }, xs);
 ///
 /// Inside `Strategy::run` a GPU replica's device is already the thread's current CUDA device.
+
+#include "mirrored/config.hpp"
+
+#if !MIRRORED_HAVE_CUDA
+#error "mirrored/cuda.hpp needs a CUDA build of mirrored; this one was configured without CUDA (MIRRORED_ENABLE_CUDA)"
+#endif
 
 #include <cuda_runtime.h>
 

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "mirrored/data/dataset.hpp"
-#include "mirrored/data/prefetch.hpp"
-#include "mirrored/data/step_sources.hpp"
+#include "mirrored/data/detail/prefetch.hpp"
+#include "mirrored/data/detail/step_sources.hpp"
 #include "mirrored/distributed_values.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/input_options.hpp"

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "mirrored/detail/repr.hpp"
+#include "mirrored/repr.hpp"
 #include "mirrored/errors.hpp"
 
 namespace mirrored {

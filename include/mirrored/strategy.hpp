@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,9 +15,8 @@
 
 #include "mirrored/communication_options.hpp"
 #include "mirrored/cross_device_ops.hpp"
-#include "mirrored/detail/collective_group.hpp"
 #include "mirrored/detail/nest.hpp"
-#include "mirrored/detail/repr.hpp"
+#include "mirrored/repr.hpp"
 #include "mirrored/device.hpp"
 #include "mirrored/distributed_values.hpp"
 #include "mirrored/errors.hpp"
@@ -40,7 +38,7 @@ template <class T>
 class Variable;
 
 namespace detail {
-class ReplicaPool;
+struct StrategyRuntime;  // rendezvous, replica threads, run lock, failure record (src/runtime/)
 
 /// Which context the calling thread is in.
 struct ThreadState {
@@ -265,14 +263,9 @@ class Strategy {
   std::vector<Device> devices_;
   std::shared_ptr<CrossDeviceOps> cross_device_ops_;
   StrategyExtended extended_{*this};
-  double collective_timeout_s_;
-  detail::CollectiveGroup group_;
+  // Held through a pointer so that user code does not compile the threading machinery.
+  std::unique_ptr<detail::StrategyRuntime> rt_;
   std::vector<std::unique_ptr<ReplicaContext>> contexts_;
-  std::unique_ptr<detail::ReplicaPool> pool_;
-  std::mutex run_mu_;         // one run at a time
-  std::mutex failure_mu_;
-  std::exception_ptr first_failure_;
-  bool first_failure_aborted_ = false;  // first_failure_ is an AbortedError
 };
 
 /// The current strategy: the one whose `run` or scope the calling thread is in, else the default

@@ -1,7 +1,7 @@
 // mirrored/cuda.hpp.
 #include "mirrored/cuda.hpp"
 
-#include "cuda_backend.hpp"
+#include "cuda/cuda_backend.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/replica_context.hpp"
 

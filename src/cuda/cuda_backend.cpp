@@ -1,6 +1,6 @@
 // The CUDA device backend: one per logical GPU, each with its own stream, caching allocator and
 // pinned staging buffers; kernels in kernels.cu.
-#include "cuda_backend.hpp"
+#include "cuda/cuda_backend.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -9,16 +9,13 @@
 #include <new>
 #include <vector>
 
-#include "../gpu_hooks.hpp"
-#include "../gpu_registry.hpp"
-#include "kernels.hpp"
-#include "mirrored/detail/log.hpp"
+#include "gpu/logical_gpus.hpp"
+#include "cuda/kernels.hpp"
+#include "util/log.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/replica_context.hpp"
 
 namespace mirrored::detail {
-
-bool on_chip_all_reduce(ReduceOp op, CollectiveStep& step);  // on_chip_all_reduce.cpp
 
 // ---------------------------------------------------------------------------------------------
 // Errors and device guards.
@@ -153,7 +150,7 @@ CudaBackend::CudaBackend(const Device& logical, int physical)
   check(cudaEventCreateWithFlags(&ready_event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
   check(cudaEventCreateWithFlags(&done_event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
   allocator_.set_on_out_of_memory([this] { release_siblings(physical_, this); });
-  MIRRORED_LOG(DEBUG, "CUDA backend for ", logical_.short_name(), " on physical GPU ", physical_);
+  MIRRORED_LOG(debug, "CUDA backend for ", logical_.short_name(), " on physical GPU ", physical_);
 }
 
 CudaBackend::~CudaBackend() = default;
@@ -392,61 +389,5 @@ void CudaBackend::cast(DType src_dtype, const void* src, DType dst_dtype, void* 
 }
 
 void CudaBackend::synchronize() { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
-
-// ---------------------------------------------------------------------------------------------
-// Hooks into the core.
-
-namespace {
-
-void enter_device(const Device& device) {
-  const int physical = logical_gpu_location(device.index()).first;
-  int current = -1;
-  if (cudaGetDevice(&current) == cudaSuccess && current == physical) return;
-  const cudaError_t err = cudaSetDevice(physical);
-  if (err != cudaSuccess) throw_cuda_error(err, "cudaSetDevice", device, physical);
-}
-
-void enable_peer_access(const CudaBackend& to, const CudaBackend& from) {
-  static std::mutex mu;
-  static std::map<std::pair<int, int>, bool> tried;
-  std::lock_guard lock(mu);
-  for (const auto& [a, b] : {std::pair{to.physical(), from.physical()}, std::pair{from.physical(), to.physical()}}) {
-    if (!tried.emplace(std::pair{a, b}, true).second) continue;
-    int can = 0;
-    if (cudaDeviceCanAccessPeer(&can, a, b) != cudaSuccess || !can) {
-      (void)cudaGetLastError();
-      continue;
-    }
-    CudaDeviceGuard guard(a, std::nothrow);
-    const cudaError_t err = cudaDeviceEnablePeerAccess(b, 0);
-    if (err != cudaSuccess) (void)cudaGetLastError();  // already enabled, or not possible: copies still work
-  }
-}
-
-void copy_gpu_to_gpu_impl(void* dst, const Device& dst_device, const void* src, const Device& src_device,
-                          std::size_t bytes) {
-  CudaBackend& to = cuda_backend(dst_device);
-  CudaBackend& from = cuda_backend(src_device);
-  from.synchronize();  // the source's contents are final
-  CudaDeviceGuard guard(to.physical(), to.device());
-  if (to.physical() == from.physical()) {
-    to.check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, to.stream()), "cudaMemcpyAsync");
-  } else {
-    enable_peer_access(to, from);
-    to.check(cudaMemcpyPeerAsync(dst, to.physical(), src, from.physical(), bytes, to.stream()), "cudaMemcpyPeerAsync");
-  }
-  to.synchronize();  // complete on return, like every copy_between
-}
-
-}  // namespace
-
-void register_cuda_part() {
-  register_gpu_backend_factory([](const Device& d) -> DeviceBackend& { return cuda_backend(d.index()); });
-  GpuHooks hooks;
-  hooks.enter_device = &enter_device;
-  hooks.copy_gpu_to_gpu = &copy_gpu_to_gpu_impl;
-  hooks.all_reduce_on_chip = &on_chip_all_reduce;
-  install_gpu_hooks(hooks);
-}
 
 }  // namespace mirrored::detail

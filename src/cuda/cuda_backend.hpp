@@ -8,8 +8,10 @@
 #include <mutex>
 #include <string>
 
-#include "caching_allocator.hpp"
+#include "cuda/caching_allocator.hpp"
+#include "mirrored/collective_step.hpp"
 #include "mirrored/detail/device_backend.hpp"
+#include "mirrored/reduce_op.hpp"
 
 namespace mirrored::detail {
 
@@ -151,8 +153,8 @@ CudaBackend& cuda_backend(const Device& device);
 /// driver refuses (the caller then stages the copy).
 bool pin_host_block(const void* p, const Device& logical, int physical);
 
-/// Installs the CUDA backend factory and the core's GPU hooks (called once by GPU discovery when
-/// the runtime reports at least one GPU).
-void register_cuda_part();
+/// The same-chip all-reduce of logical GPUs (on_chip_all_reduce.cpp); see
+/// GpuRuntime::all_reduce_on_chip.
+bool on_chip_all_reduce(ReduceOp op, CollectiveStep& step);
 
 }  // namespace mirrored::detail

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kernels.hpp"
+#include "cuda/kernels.hpp"
 
 namespace mirrored::detail::cuda_kernels {
 namespace {

@@ -17,9 +17,9 @@
 #include <cstring>
 #include <vector>
 
-#include "../gpu_registry.hpp"
-#include "cuda_backend.hpp"
-#include "kernels.hpp"
+#include "gpu/logical_gpus.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/kernels.hpp"
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/detail/device_backend.hpp"
 

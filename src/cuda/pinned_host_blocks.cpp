@@ -6,9 +6,9 @@
 #include <map>
 #include <mutex>
 
-#include "../host_allocator.hpp"
-#include "cuda_backend.hpp"
-#include "mirrored/detail/log.hpp"
+#include "tensor/host_allocator.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "util/log.hpp"
 
 namespace mirrored::detail {
 namespace {
@@ -50,7 +50,7 @@ bool pin_host_block(const void* ptr, const Device& logical, int physical) {
   (void)cudaGetLastError();
   if (!p.warned) {
     p.warned = true;
-    MIRRORED_LOG(WARN, "cudaHostRegister of a ", block.size, "-byte host block failed on ",
+    MIRRORED_LOG(warn, "cudaHostRegister of a ", block.size, "-byte host block failed on ",
                  describe_gpu_call_site(logical, physical), ": ", cudaGetErrorString(err),
                  "; input copies to GPUs are staged through pinned buffers instead");
   }

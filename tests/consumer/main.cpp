@@ -1,14 +1,21 @@
-// Smoke test for downstream consumers of mirrored (find_package,
-// add_subdirectory and FetchContent); built by cmake/run_consumer.cmake.
+// Smoke test for downstream consumers of mirrored (find_package, add_subdirectory and
+// FetchContent); built by cmake/run_consumer.cmake.
 #include <mirrored/mirrored.hpp>
 
 #include <iostream>
 #include <optional>
+
+#if MIRRORED_CONSUMER_EIGEN
+float eigen_sum();  // eigen_use.cpp
+#endif
 
 int main() {
   mirrored::MirroredStrategy s({"CPU:0", "CPU:1"});
   auto r = s.run([] { return mirrored::get_replica_context()->replica_id_in_sync_group() + 1; });
   int total = s.reduce(mirrored::ReduceOp::SUM, r, std::nullopt);
   std::cout << total << "\n";
+#if MIRRORED_CONSUMER_EIGEN
+  if (eigen_sum() != 6.0f) return 1;
+#endif
   return total == 3 ? 0 : 1;
 }

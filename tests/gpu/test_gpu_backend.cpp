@@ -8,13 +8,14 @@
 #include <memory>
 #include <vector>
 
-#include <mirrored/detail/ops_selection.hpp>
+#include "collectives/ops_selection.hpp"
+#include <mirrored/config.hpp>
 #include <mirrored/mirrored.hpp>
-#ifdef MIRRORED_HAVE_CUDA
+#if MIRRORED_HAVE_CUDA
 #include <mirrored/cuda.hpp>
 #endif
 
-#include "../../examples/digits/train.hpp"
+#include "digits/train.hpp"
 #include "conformance.hpp"
 #include "harness.hpp"
 
@@ -113,7 +114,7 @@ TEST_F(Gpu, ErrorsAreTyped) {
   EXPECT_THROW((void)Tensor<float>::zeros({1}, Device(DeviceType::GPU, gpus())), NotFoundError);
 }
 
-#ifdef MIRRORED_HAVE_CUDA
+#if MIRRORED_HAVE_CUDA
 
 TEST_F(Gpu, TensorsLiveInDeviceMemoryOfTheirGpu) {
   for (int g = 0; g < gpus(); ++g) {

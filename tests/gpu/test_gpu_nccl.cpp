@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include <mirrored/detail/ops_selection.hpp>
+#include "collectives/ops_selection.hpp"
 #include <mirrored/mirrored.hpp>
 
 #include "conformance.hpp"
@@ -87,7 +87,7 @@ TEST_F(Nccl, StrategyStaysUsableAfterAReplicaFails) {
 class SkipsReplicaOne : public NcclAllReduce {
  public:
   std::atomic<bool> skip{true};
-  void all_reduce(ReduceOp op, detail::CollectiveStep& step) override {
+  void all_reduce(ReduceOp op, CollectiveStep& step) override {
     if (skip && step.replica() == 1) {
       std::this_thread::sleep_for(std::chrono::seconds(6));
       return;

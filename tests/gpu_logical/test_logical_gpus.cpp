@@ -8,14 +8,16 @@
 #include <memory>
 #include <vector>
 
-#include <mirrored/detail/ops_selection.hpp>
+#include "collectives/ops_selection.hpp"
+#include <mirrored/config.hpp>
 #include <mirrored/mirrored.hpp>
-#ifdef MIRRORED_HAVE_CUDA
+#if MIRRORED_HAVE_CUDA
 #include <mirrored/cuda.hpp>
 #endif
 
-#include "../../examples/digits/train.hpp"
-#include "../../src/gpu_registry.hpp"
+#include "digits/train.hpp"
+#include "gpu/gpu_runtime.hpp"
+#include "gpu/logical_gpus.hpp"
 #include "conformance.hpp"
 #include "harness.hpp"
 
@@ -31,7 +33,7 @@ constexpr int kSplit = 4;
 class SplitGpuZero : public ::testing::Environment {
  public:
   void SetUp() override {
-    if (detail::physical_gpu_count() > 0) config::set_logical_gpu_devices(0, kSplit);
+    if (detail::gpu_runtime().physical_gpu_count() > 0) config::set_logical_gpu_devices(0, kSplit);
   }
 };
 [[maybe_unused]] const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new SplitGpuZero);
@@ -53,9 +55,9 @@ class LogicalGpus : public ::testing::TestWithParam<int> {
 };
 
 TEST_P(LogicalGpus, AreLogicalGpusOfPhysicalGpuZero) {
-  EXPECT_EQ(static_cast<int>(list_logical_devices(DeviceType::GPU).size()), detail::physical_gpu_count() + kSplit - 1);
+  EXPECT_EQ(static_cast<int>(list_logical_devices(DeviceType::GPU).size()), detail::gpu_runtime().physical_gpu_count() + kSplit - 1);
   for (int i = 0; i < kSplit; ++i) EXPECT_EQ(detail::logical_gpu_location(i), std::make_pair(0, i));
-#ifdef MIRRORED_HAVE_CUDA
+#if MIRRORED_HAVE_CUDA
   std::vector<cudaStream_t> streams;
   for (const auto& g : gpus()) {
     EXPECT_EQ(cuda::physical_device(Device::parse(g)), 0);
@@ -123,7 +125,7 @@ TEST_P(LogicalGpus, NcclRefusesTwoReplicasOnOneChip) {
   EXPECT_EQ(s.run([] { return get_replica_context()->all_reduce(ReduceOp::SUM, 2); })[0], 2 * n());
 }
 
-#ifdef MIRRORED_HAVE_CUDA
+#if MIRRORED_HAVE_CUDA
 TEST_P(LogicalGpus, SteadyStateCollectivesDoNotCallCudaMalloc) {
   MirroredStrategy s(gpus());
   const auto devices = s.extended().worker_devices();

@@ -6,7 +6,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 
 #include "mirrored/device.hpp"
 #include "mirrored/dtype.hpp"
@@ -79,12 +78,9 @@ class DeviceBackend {
   virtual void synchronize() = 0;
 };
 
-/// The backend serving `device`. \throws NotFoundError for a GPU that is not visible;
-/// UnimplementedError for a GPU when no GPU backend is registered in this build.
+/// The backend serving `device`: the host backend for every `CPU:k`, the GPU runtime's for a GPU.
+/// \throws NotFoundError for a GPU that is not visible (none is in a build without CUDA).
 DeviceBackend& backend_for(const Device& device);
-
-/// Installs the factory that makes GPU backends (called by the CUDA part of the library).
-void register_gpu_backend_factory(std::function<DeviceBackend&(const Device&)> factory);
 
 /// Copies `bytes` bytes between any two devices (host staging where needed). Complete on return.
 void copy_between(void* dst, const Device& dst_device, const void* src, const Device& src_device,

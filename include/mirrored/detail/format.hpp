@@ -8,11 +8,7 @@
 #include <vector>
 
 #include "mirrored/dtype.hpp"
-
-namespace mirrored {
-/// A tensor's dimensions, outermost first.
-using Shape = std::vector<int64_t>;
-}  // namespace mirrored
+#include "mirrored/shape.hpp"
 
 namespace mirrored::detail {
 

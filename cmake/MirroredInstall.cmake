@@ -1,0 +1,44 @@
+# Install and export: the library, its public headers (include/mirrored and the generated
+# config.hpp; never src/), and a package config that finds only what the installed targets need.
+include(CMakePackageConfigHelpers)
+
+set(MIRRORED_CONFIG_INSTALL_DIR "${CMAKE_INSTALL_LIBDIR}/cmake/mirrored")
+
+install(TARGETS mirrored
+  EXPORT mirroredTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/mirrored" DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES "${PROJECT_BINARY_DIR}/include/mirrored/config.hpp" DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mirrored)
+install(EXPORT mirroredTargets NAMESPACE mirrored:: DESTINATION ${MIRRORED_CONFIG_INSTALL_DIR})
+
+# mirrored::eigen (only <mirrored/eigen.hpp> needs Eigen) in an export set of its own: the package
+# config loads it when the consumer's machine has Eigen.
+set(MIRRORED_CONFIG_HAS_EIGEN OFF)
+if(TARGET mirrored_eigen)
+  set(MIRRORED_CONFIG_HAS_EIGEN ON)
+  install(TARGETS mirrored_eigen EXPORT mirroredEigenTargets)
+  install(EXPORT mirroredEigenTargets NAMESPACE mirrored:: DESTINATION ${MIRRORED_CONFIG_INSTALL_DIR})
+endif()
+
+# The consumer of an installed *static* CUDA build must link cudart/NCCL.
+get_target_property(_mirrored_type mirrored TYPE)
+if(MIRRORED_HAVE_CUDA AND _mirrored_type STREQUAL "STATIC_LIBRARY")
+  set(MIRRORED_CONFIG_NEEDS_CUDA ON)
+else()
+  set(MIRRORED_CONFIG_NEEDS_CUDA OFF)
+endif()
+
+configure_package_config_file(
+  "${PROJECT_SOURCE_DIR}/cmake/mirroredConfig.cmake.in"
+  "${PROJECT_BINARY_DIR}/mirroredConfig.cmake"
+  INSTALL_DESTINATION ${MIRRORED_CONFIG_INSTALL_DIR})
+write_basic_package_version_file(
+  "${PROJECT_BINARY_DIR}/mirroredConfigVersion.cmake"
+  VERSION ${PROJECT_VERSION}
+  COMPATIBILITY SameMajorVersion)
+install(FILES
+  "${PROJECT_BINARY_DIR}/mirroredConfig.cmake"
+  "${PROJECT_BINARY_DIR}/mirroredConfigVersion.cmake"
+  DESTINATION ${MIRRORED_CONFIG_INSTALL_DIR})

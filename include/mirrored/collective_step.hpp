@@ -1,0 +1,69 @@
+#pragma once
+/// \file
+/// `CollectiveStep`: one collective as a `CrossDeviceOps` implementation sees it from one replica.
+/// This is the extension API for writing a cross-device backend: every replica's posted inputs
+/// and outputs, and a barrier with the collective's deadline.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mirrored/detail/untyped_tensor.hpp"
+
+namespace mirrored {
+
+namespace detail {
+class CollectiveGroup;  // the replicas' rendezvous (private)
+}  // namespace detail
+
+/// One collective seen from one replica. Every replica has posted its `Buffers` before a backend
+/// is called, and they stay valid until the collective's last `sync()`. A backend may read any
+/// replica's inputs, and write any replica's outputs as long as replicas never write the same
+/// bytes; after its last `sync()` it may touch only its own outputs.
+class CollectiveStep {
+ public:
+  /// What each replica posts: its input tensors, the output tensors it wants filled, and (for
+  /// validation) a description of the nest they came from.
+  struct Buffers {
+    const std::vector<detail::UntypedTensor>* inputs;
+    const std::vector<detail::UntypedTensor>* outputs;
+    const std::string* structure = nullptr;
+  };
+
+  /// A step of a group of replicas (every replica has posted `Buffers` when it joined).
+  CollectiveStep(detail::CollectiveGroup& group, int replica, double timeout_seconds)
+      : group_(&group), replica_(replica), timeout_s_(timeout_seconds) {}
+  /// A step of a single replica (no other thread involved).
+  CollectiveStep(const Buffers& solo, double timeout_seconds) : solo_(&solo), timeout_s_(timeout_seconds) {}
+
+  /// The calling replica.
+  int replica() const noexcept { return replica_; }
+  /// Number of replicas taking part.
+  int num_replicas() const noexcept;
+  /// What replica `r` posted.
+  const std::vector<detail::UntypedTensor>& inputs(int r) const { return *posted(r).inputs; }
+  const std::vector<detail::UntypedTensor>& outputs(int r) const { return *posted(r).outputs; }
+  /// Waits until every replica reaches this point of the collective. \throws
+  /// DeadlineExceededError past the collective's deadline; AbortedError when another replica failed.
+  void sync();
+  /// The collective's deadline, in seconds.
+  double timeout_seconds() const noexcept { return timeout_s_; }
+  /// True once the run this collective belongs to was aborted (another replica failed): a
+  /// backend that waits on its own (e.g. for a device) gives up then.
+  bool aborted() const noexcept;
+  /// `CommunicationOptions::bytes_per_pack` of this collective: inputs are reduced in packs of
+  /// about this many bytes (0: one pack per run of same-dtype tensors).
+  int64_t bytes_per_pack() const noexcept { return bytes_per_pack_; }
+  void set_bytes_per_pack(int64_t bytes) noexcept { bytes_per_pack_ = bytes; }
+
+ private:
+  const Buffers& posted(int r) const;
+
+  detail::CollectiveGroup* group_ = nullptr;
+  const Buffers* solo_ = nullptr;
+  int replica_ = 0;
+  double timeout_s_;
+  int64_t bytes_per_pack_ = 0;
+};
+
+}  // namespace mirrored

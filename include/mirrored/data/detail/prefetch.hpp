@@ -1,0 +1,95 @@
+#pragma once
+/// \file
+/// Internal: a background producer with a bounded queue (`Prefetcher`), used by
+/// `Dataset::prefetch` and by the distributed iterator to prepare the next step while the
+/// current one runs.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "mirrored/data/detail/node.hpp"
+#include "mirrored/errors.hpp"
+
+namespace mirrored::data::detail {
+
+/// The type-erased core of `Prefetcher` (compiled in src/data/prefetch_queue.cpp, so that user code
+/// does not compile the threading machinery). Calls `produce()` on its own thread until it returns
+/// null or throws, keeping at most `capacity` items queued (plus the one being made). `next()`
+/// (one consumer thread) returns them in order, then null; an exception thrown by `produce` is
+/// rethrown by `next()`, with its type, after the items produced before it (once; later calls
+/// return null). The destructor stops the thread and joins it: it waits at most for the
+/// `produce()` call in progress to return, never for queue space or for the consumer.
+class PrefetchQueue {
+ public:
+  using Item = std::shared_ptr<void>;
+  PrefetchQueue(std::function<Item()> produce, std::size_t capacity);
+  ~PrefetchQueue();
+  PrefetchQueue(const PrefetchQueue&) = delete;
+  PrefetchQueue& operator=(const PrefetchQueue&) = delete;
+
+  /// The next item; null after the last one. \throws what `produce` threw.
+  Item next();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// `PrefetchQueue` of `T` values: `produce()` returns nullopt at the end.
+template <class T>
+class Prefetcher {
+ public:
+  Prefetcher(std::function<std::optional<T>()> produce, std::size_t capacity)
+      : queue_(
+            [produce = std::move(produce)]() -> PrefetchQueue::Item {
+              std::optional<T> item = produce();
+              if (!item) return nullptr;
+              return std::make_shared<T>(std::move(*item));
+            },
+            capacity) {}
+
+  /// The next result; nullopt after the last one. \throws what `produce` threw.
+  std::optional<T> next() {
+    const PrefetchQueue::Item item = queue_.next();
+    if (!item) return std::nullopt;
+    return std::move(*static_cast<T*>(item.get()));
+  }
+
+ private:
+  PrefetchQueue queue_;
+};
+
+/// `prefetch(buffer_size)`: a background thread keeps up to `buffer_size` elements of the input
+/// ready and works on one more (`buffer_size == 0`: no thread, the input as is).
+template <class E>
+class PrefetchNode final : public Node<E> {
+ public:
+  PrefetchNode(NodePtr<E> input, int64_t buffer_size)
+      : Node<E>(input->spec(), input->info()), input_(std::move(input)), buffer_size_(buffer_size) {
+    MIRRORED_ENFORCE(buffer_size >= 0 || buffer_size == AUTOTUNE, InvalidArgumentError,
+                     "prefetch: buffer_size must be >= 0 or AUTOTUNE (-1) (got ", buffer_size, ")");
+    if (buffer_size_ == AUTOTUNE) buffer_size_ = 2;
+  }
+
+  std::unique_ptr<Cursor<E>> open(const OpenContext& ctx) const override {
+    if (buffer_size_ == 0) return input_->open(ctx);
+    struct PrefetchCursor final : Cursor<E> {
+      Prefetcher<E> prefetcher;
+      PrefetchCursor(std::shared_ptr<Cursor<E>> in, std::size_t n)
+          : prefetcher([in = std::move(in)] { return in->next(); }, n) {}
+      std::optional<E> next() override { return prefetcher.next(); }
+    };
+    std::shared_ptr<Cursor<E>> in = input_->open(ctx);
+    return std::make_unique<PrefetchCursor>(std::move(in), static_cast<std::size_t>(buffer_size_));
+  }
+
+ private:
+  NodePtr<E> input_;
+  int64_t buffer_size_;
+};
+
+}  // namespace mirrored::data::detail

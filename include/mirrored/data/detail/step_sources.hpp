@@ -1,0 +1,163 @@
+#pragma once
+/// \file
+/// Internal: what a distributed iterator runs (on its background thread) to make one step, i.e.
+/// one element per local replica: `RebatchSource` for `experimental_distribute_dataset` (cuts
+/// global batches into replica slices) and `FunctionSource` for
+/// `distribute_datasets_from_function` (deals whole elements to replicas).
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "mirrored/data/detail/node.hpp"
+#include "mirrored/data/detail/rebatch.hpp"
+#include "mirrored/device.hpp"
+
+namespace mirrored::data::detail {
+
+/// Makes the next step (one element per local replica), or nullopt at the end.
+template <class E>
+using StepFn = std::function<std::optional<std::vector<E>>()>;
+
+/// How a worker turns its dataset's global batches into steps.
+struct SplitPlan {
+  int num_workers = 1;
+  int worker_index = 0;
+  std::vector<Device> devices;  // this worker's replicas, in order (R = devices.size())
+  bool fetch_to_device = true;  // put slice r on devices[r]
+  RebatchPolicy policy = RebatchPolicy::BALANCED;
+  std::optional<int64_t> global_batch;  // G, from the dataset's last batch
+  bool keep_own_slices = true;          // DATA: of every batch, only this worker's slices; else (FILE,
+                                        // OFF, HINT) all N slices of the worker's batches, R per step
+  bool pass_through = false;            // one replica in sync: elements go through unsplit
+};
+
+/// \throws InvalidArgumentError naming the component when a batch cannot be split between
+/// `num_slices` replicas (rank 0) or its components' first dimensions differ. Returns the rows.
+int64_t check_splittable(const std::vector<UntypedTensor>& batch, int num_slices);
+/// Warns (once per source) that a final step with elements for only some replicas was dropped
+/// because its elements have rank 0, so no empty batch can stand in for the missing ones.
+void warn_dropped_partial_step(std::size_t have, std::size_t replicas);
+
+template <class E>
+class RebatchSource {
+ public:
+  RebatchSource(std::unique_ptr<Cursor<E>> in, SplitPlan plan) : in_(std::move(in)), plan_(std::move(plan)) {}
+
+  std::optional<std::vector<E>> next_step() {
+    if (done_) return std::nullopt;
+    if (plan_.pass_through) return pass_through();
+    const int replicas = static_cast<int>(plan_.devices.size());
+    while (next_group_ > last_group_) {
+      std::optional<E> e = in_->next();
+      if (!e) {
+        done_ = true;
+        return std::nullopt;
+      }
+      batch_ = erase_element(*e);
+      const int64_t rows = check_splittable(batch_, plan_.num_workers * replicas);
+      ranges_ = split_rows(plan_.policy, rows, plan_.global_batch, plan_.num_workers * replicas);
+      next_group_ = plan_.keep_own_slices ? plan_.worker_index : 0;
+      last_group_ = plan_.keep_own_slices ? plan_.worker_index : plan_.num_workers - 1;
+    }
+    const int group = next_group_++;
+    std::vector<E> step;
+    step.reserve(plan_.devices.size());
+    for (int r = 0; r < replicas; ++r) {
+      const RowRange& range = ranges_[static_cast<std::size_t>(group * replicas + r)];
+      std::vector<UntypedTensor> parts;
+      parts.reserve(batch_.size());
+      for (const UntypedTensor& t : batch_) parts.push_back(slice_rows(t, range.first, range.second, target(t, r)));
+      step.push_back(restore_element<E>(parts));
+    }
+    return step;
+  }
+
+ private:
+  const Device& target(const UntypedTensor& t, int r) const {
+    return plan_.fetch_to_device ? plan_.devices[static_cast<std::size_t>(r)] : t.device();
+  }
+  std::optional<std::vector<E>> pass_through() {
+    std::optional<E> e = in_->next();
+    if (!e) {
+      done_ = true;
+      return std::nullopt;
+    }
+    if (!plan_.fetch_to_device) return std::vector<E>{std::move(*e)};
+    std::vector<UntypedTensor> parts = erase_element(*e);
+    for (auto& p : parts) p = on_device(p, plan_.devices[0]);
+    return std::vector<E>{restore_element<E>(parts)};
+  }
+
+  std::unique_ptr<Cursor<E>> in_;
+  SplitPlan plan_;
+  std::vector<UntypedTensor> batch_;      // components of the current global batch
+  std::vector<RowRange> ranges_;          // its N slices, global replica order
+  int next_group_ = 0, last_group_ = -1;  // groups of R slices still to hand out
+  bool done_ = false;
+};
+
+/// Deals whole elements to the replicas: one shared cursor (PER_WORKER: replica r of step k gets
+/// element k*R + r) or one cursor per replica (PER_REPLICA). When the data runs out in the middle
+/// of a step, the replicas left without an element get an empty (0-row) batch shaped like the
+/// others'; the iteration ends when no replica gets anything.
+template <class E>
+class FunctionSource {
+ public:
+  FunctionSource(std::vector<std::unique_ptr<Cursor<E>>> cursors, std::vector<Device> devices, bool fetch_to_device)
+      : cursors_(std::move(cursors)), devices_(std::move(devices)), fetch_(fetch_to_device) {}
+
+  std::optional<std::vector<E>> next_step() {
+    if (done_) return std::nullopt;
+    const std::size_t replicas = devices_.size();
+    std::vector<std::optional<std::vector<UntypedTensor>>> got(replicas);
+    std::size_t have = 0, first = replicas;
+    for (std::size_t r = 0; r < replicas; ++r) {
+      auto& cursor = cursors_.size() == 1 ? cursors_[0] : cursors_[r];
+      if (!cursor) continue;
+      std::optional<E> e = cursor->next();
+      if (!e) {
+        cursor.reset();
+        continue;
+      }
+      got[r] = erase_element(*e);
+      ++have;
+      first = std::min(first, r);
+    }
+    if (have == 0 || (have < replicas && !paddable(*got[first]))) {
+      if (have) warn_dropped_partial_step(have, replicas);
+      done_ = true;
+      return std::nullopt;
+    }
+    const std::vector<UntypedTensor> like = *got[first];  // shapes for the empty batches
+    std::vector<E> step;
+    step.reserve(replicas);
+    for (std::size_t r = 0; r < replicas; ++r) {
+      std::vector<UntypedTensor> parts = got[r] ? std::move(*got[r]) : like;
+      for (auto& p : parts) {
+        const Device& dst = fetch_ ? devices_[r] : p.device();
+        p = got[r] ? on_device(p, dst) : empty_rows_like(p, dst);
+      }
+      step.push_back(restore_element<E>(parts));
+    }
+    return step;
+  }
+
+ private:
+  static bool paddable(const std::vector<UntypedTensor>& parts) {
+    for (const auto& p : parts)
+      if (p.shape.empty()) return false;
+    return true;
+  }
+
+  std::vector<std::unique_ptr<Cursor<E>>> cursors_;
+  std::vector<Device> devices_;
+  bool fetch_;
+  bool done_ = false;
+};
+
+}  // namespace mirrored::data::detail

@@ -1,0 +1,128 @@
+#include "collectives/collective_helpers.hpp"
+
+#include "gpu/logical_gpus.hpp"
+#include "mirrored/detail/device_backend.hpp"
+#include "mirrored/errors.hpp"
+
+namespace mirrored::detail {
+
+void sum_parts_on(const std::vector<const UntypedTensor*>& parts, const UntypedTensor& out, const Device& device,
+                  int64_t mean_divisor) {
+  if (out.numel == 0) return;
+  std::vector<UntypedTensor> staged;
+  staged.reserve(parts.size());
+  std::vector<const void*> ptrs;
+  ptrs.reserve(parts.size());
+  for (const UntypedTensor* t : parts) {
+    if (same_memory(t->device(), device)) {
+      // Work that produced it is ordered on its own device's stream.
+      if (!same_backend(t->device(), device)) backend_for(t->device()).synchronize();
+      ptrs.push_back(t->data());
+    } else {
+      staged.push_back(make_untyped(t->dtype, t->shape, device));
+      copy_between(staged.back().data(), device, t->data(), t->device(), t->bytes());
+      ptrs.push_back(staged.back().data());
+    }
+  }
+  const bool out_here = same_backend(out.device(), device);
+  const UntypedTensor target = out_here ? out : make_untyped(out.dtype, out.shape, device);
+  auto& be = backend_for(device);
+  be.sum_n(out.dtype, ptrs.data(), static_cast<int>(ptrs.size()), target.data(), out.numel);
+  if (mean_divisor > 0) be.divide(out.dtype, target.data(), out.numel, mean_divisor);
+  be.synchronize();
+  if (!out_here) copy_between(out.data(), out.device(), target.data(), device, out.bytes());
+}
+
+void all_reduce_via_first(ReduceOp op, CollectiveStep& step, const std::vector<std::size_t>& leaves,
+                          const std::optional<Device>& on) {
+  const int n = step.num_replicas();
+  const int me = step.replica();
+  if (me == 0) {
+    for (std::size_t i : leaves) {
+      std::vector<const UntypedTensor*> parts;
+      for (int r = 0; r < n; ++r) parts.push_back(&step.inputs(r)[i]);
+      const UntypedTensor& out = step.outputs(0)[i];
+      sum_parts_on(parts, out, on.value_or(out.device()), op == ReduceOp::MEAN ? n : 0);
+    }
+  }
+  step.sync();
+  if (me != 0) {
+    for (std::size_t i : leaves) {
+      const UntypedTensor& mine = step.outputs(me)[i];
+      const UntypedTensor& first = step.outputs(0)[i];
+      copy_between(mine.data(), mine.device(), first.data(), first.device(), mine.bytes());
+    }
+  }
+}
+
+void gather_into_own_outputs(int axis, CollectiveStep& step) {
+  const auto& outs = step.outputs(step.replica());
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    std::vector<const UntypedTensor*> parts;
+    for (int r = 0; r < step.num_replicas(); ++r) parts.push_back(&step.inputs(r)[i]);
+    concat_into(parts, axis, outs[i]);
+  }
+}
+
+Shape concat_shape(const char* op, const std::vector<const Shape*>& shapes, int& axis) {
+  const Shape& first = *shapes[0];
+  for (std::size_t r = 0; r < shapes.size(); ++r) {
+    const Shape& s = *shapes[r];
+    MIRRORED_ENFORCE(!s.empty(), InvalidArgumentError, op, ": replica ", r, " passed a rank-0 value; ", op,
+                     " needs rank >= 1 (reshape it to (1,) first)");
+    MIRRORED_ENFORCE(s.size() == first.size(), InvalidArgumentError, op, ": ranks differ: replica 0 passed shape ",
+                     format_shape(first), " and replica ", r, " passed shape ", format_shape(s));
+  }
+  const int64_t rank = static_cast<int64_t>(first.size());
+  MIRRORED_ENFORCE(axis >= -rank && axis < rank, InvalidArgumentError, "`axis` = ", axis,
+                   " out of range for `value` with rank ", rank);
+  if (axis < 0) axis = static_cast<int>(axis + rank);
+  Shape out = first;
+  out[axis] = 0;
+  for (std::size_t r = 0; r < shapes.size(); ++r) {
+    const Shape& s = *shapes[r];
+    for (int64_t d = 0; d < rank; ++d) {
+      MIRRORED_ENFORCE(d == axis || s[d] == first[d], InvalidArgumentError, op, ": shapes may differ only along axis ",
+                       axis, ": replica 0 passed shape ", format_shape(first), " and replica ", r, " passed shape ",
+                       format_shape(s));
+    }
+    out[axis] += s[axis];
+  }
+  return out;
+}
+
+void concat_into(const std::vector<const UntypedTensor*>& parts, int axis, const UntypedTensor& out) {
+  const std::size_t elem = dtype_size(out.dtype);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= out.shape[d];
+  for (std::size_t d = axis + 1; d < out.shape.size(); ++d) inner *= out.shape[d];
+  const int64_t out_row = out.shape[axis] * inner;
+  auto* dst = static_cast<unsigned char*>(out.data());
+  DeviceBackend* strided = nullptr;  // set once a part was copied with copy_rows_within
+  int64_t offset = 0;
+  for (const UntypedTensor* p : parts) {
+    const int64_t row = p->shape[axis] * inner;
+    if (row == 0) continue;
+    if (outer == 1) {
+      copy_between(dst + offset * static_cast<int64_t>(elem), out.device(), p->data(), p->device(), p->bytes());
+    } else {
+      // One strided copy per part on the output's device (a part from elsewhere is brought there
+      // first), instead of one copy per outer index.
+      const UntypedTensor* local = p;
+      UntypedTensor staged;
+      if (!same_backend(p->device(), out.device())) {
+        staged = make_untyped(p->dtype, p->shape, out.device());
+        copy_between(staged.data(), out.device(), p->data(), p->device(), p->bytes());
+        local = &staged;
+      }
+      strided = &backend_for(out.device());
+      strided->copy_rows_within(dst + offset * static_cast<int64_t>(elem), static_cast<std::size_t>(out_row) * elem,
+                                local->data(), static_cast<std::size_t>(row) * elem,
+                                static_cast<std::size_t>(row) * elem, static_cast<std::size_t>(outer));
+    }
+    offset += row;
+  }
+  if (strided) strided->synchronize();  // complete on return, like copy_between
+}
+
+}  // namespace mirrored::detail

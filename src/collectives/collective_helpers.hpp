@@ -1,0 +1,38 @@
+#pragma once
+// Private: the building blocks of device-independent collectives, shared by every CrossDeviceOps
+// (ReductionToOneDevice, HierarchicalCopyAllReduce, and the host fallbacks of the others).
+
+#include <optional>
+#include <vector>
+
+#include "mirrored/collective_step.hpp"
+#include "mirrored/detail/untyped_tensor.hpp"
+#include "mirrored/reduce_op.hpp"
+
+namespace mirrored::detail {
+
+/// Sums `parts` in the given order on `device` into `out` (which may alias a part; it may live on
+/// another device), dividing by `mean_divisor` when it is > 0. Parts on other devices are staged
+/// onto `device` unless its kernels can read them directly (same_memory). Complete on return.
+void sum_parts_on(const std::vector<const UntypedTensor*>& parts, const UntypedTensor& out, const Device& device,
+                  int64_t mean_divisor);
+
+/// The plain all-reduce of some leaves of a step: replica 0 sums every replica's input in replica
+/// order on `on` (default: its output's device) into its output; after a sync the others copy
+/// it. Every replica must call it with the same leaves; it syncs the step once.
+void all_reduce_via_first(ReduceOp op, CollectiveStep& step, const std::vector<std::size_t>& leaves,
+                          const std::optional<Device>& on = std::nullopt);
+
+/// Fills this replica's outputs with the concatenation along `axis` of every replica's inputs.
+void gather_into_own_outputs(int axis, CollectiveStep& step);
+
+/// The shape of the concatenation along `axis` (negative counts from the end; made non-negative
+/// here) of tensors of `shapes`, one per replica in replica order. \throws InvalidArgumentError
+/// naming `op` and both replicas' shapes for a rank-0 value, different ranks or shapes that differ
+/// off `axis`, and for an axis out of range.
+Shape concat_shape(const char* op, const std::vector<const Shape*>& shapes, int& axis);
+
+/// Concatenates `parts` (equal rank, equal dims except `axis`) along `axis` into `out`.
+void concat_into(const std::vector<const UntypedTensor*>& parts, int axis, const UntypedTensor& out);
+
+}  // namespace mirrored::detail

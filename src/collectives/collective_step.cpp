@@ -1,0 +1,20 @@
+// The out-of-line part of the public CollectiveStep: everything that touches the rendezvous.
+#include "mirrored/collective_step.hpp"
+
+#include "collectives/collective_group.hpp"
+
+namespace mirrored {
+
+int CollectiveStep::num_replicas() const noexcept { return group_ ? group_->size() : 1; }
+
+void CollectiveStep::sync() {
+  if (group_) group_->sync(replica_, timeout_s_);
+}
+
+bool CollectiveStep::aborted() const noexcept { return group_ != nullptr && group_->aborted(); }
+
+const CollectiveStep::Buffers& CollectiveStep::posted(int r) const {
+  return group_ ? *static_cast<const Buffers*>(group_->payload(r)) : *solo_;
+}
+
+}  // namespace mirrored

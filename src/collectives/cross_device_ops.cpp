@@ -1,0 +1,45 @@
+// The CrossDeviceOps interface's defaults and the contract's default choice.
+#include "mirrored/cross_device_ops.hpp"
+
+#include "collectives/ops_selection.hpp"
+#include "gpu/logical_gpus.hpp"
+#include "mirrored/errors.hpp"
+
+namespace mirrored {
+namespace detail {
+
+std::shared_ptr<CrossDeviceOps> select_cross_device_ops(const std::vector<Device>& devices) {
+  std::vector<ReplicaPlacement> placements;
+  placements.reserve(devices.size());
+  for (const Device& d : devices) {
+    placements.push_back(d.is_host() ? ReplicaPlacement{DeviceType::CPU, -1}
+                                     : ReplicaPlacement{DeviceType::GPU, logical_gpu_location(d.index()).first});
+  }
+  switch (choose_cross_device_ops(placements, nccl_compiled_in())) {
+    case CrossDeviceOpsChoice::in_process_all_reduce: return std::make_shared<InProcessAllReduce>();
+    case CrossDeviceOpsChoice::nccl_all_reduce: return std::make_shared<NcclAllReduce>();
+    case CrossDeviceOpsChoice::reduction_to_one_device: break;
+  }
+  return std::make_shared<ReductionToOneDevice>();
+}
+
+}  // namespace detail
+
+CrossDeviceOps::~CrossDeviceOps() = default;
+
+void CrossDeviceOps::unsupported(const char* op) const {
+  throw UnimplementedError(name() + " does not support " + op);
+}
+
+void CrossDeviceOps::reduce(ReduceOp, const std::vector<detail::UntypedTensor>&, const detail::UntypedTensor&) {
+  unsupported("reduce");
+}
+void CrossDeviceOps::all_reduce(ReduceOp, CollectiveStep&) { unsupported("all_reduce"); }
+void CrossDeviceOps::all_gather(int, CollectiveStep&) { unsupported("all_gather"); }
+bool CrossDeviceOps::batch_all_reduce(ReduceOp, const std::vector<std::vector<detail::UntypedTensor>>&,
+                                      const std::vector<Device>&, std::vector<std::vector<detail::UntypedTensor>>&,
+                                      double) {
+  return false;
+}
+
+}  // namespace mirrored

@@ -1,0 +1,216 @@
+// NCCL communicators and the bounded waits around them (nccl_comms.hpp).
+#include "cuda/nccl/nccl_comms.hpp"
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+namespace mirrored::detail::nccl {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Backs off from a busy poll to short sleeps.
+class Poll {
+ public:
+  void pause() {
+    ++spins_;
+    if (spins_ < 64) return;
+    if (spins_ < 256) {
+      std::this_thread::yield();
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(spins_ < 2048 ? 20 : 500));
+  }
+
+ private:
+  int spins_ = 0;
+};
+
+}  // namespace
+
+[[noreturn]] void throw_nccl_error(ncclResult_t r, const char* call, const std::string& where, ncclComm_t comm) {
+  std::string message = str_cat("NcclAllReduce: ", call, " failed on ", where, ": ", ncclGetErrorString(r));
+  if (comm) {
+    const char* last = ncclGetLastError(comm);
+    if (last && *last) message += str_cat(" (", last, ")");
+  }
+  switch (r) {
+    case ncclSystemError:
+    case ncclRemoteError:
+    case ncclUnhandledCudaError:
+      throw UnavailableError(message);
+    default:
+      throw InternalError(message);
+  }
+}
+
+ncclDataType_t nccl_type(DType d) {
+  switch (d) {
+    case DType::float32: return ncclFloat32;
+    case DType::float64: return ncclFloat64;
+    case DType::int32: return ncclInt32;
+    case DType::int64: return ncclInt64;
+    case DType::uint8: break;
+  }
+  return ncclUint8;
+}
+
+std::shared_ptr<Comms> create_comms(const std::vector<int>& logical, const std::vector<int>& physical, double timeout_s) {
+  const int n = static_cast<int>(logical.size());
+  auto c = std::make_shared<Comms>();
+  c->logical = logical;
+  c->physical = physical;
+  c->comms.assign(n, nullptr);
+  c->done.assign(n, nullptr);
+  const std::string all = str_cat(n, " GPUs");
+  // Every rank lives in this process and is initialised by this thread: connect them during
+  // initialisation rather than at the first collective, where a rank that never arrives would
+  // leave a half-made connection for ncclCommAbort to interrupt. A user's setting wins.
+  (void)setenv("NCCL_RUNTIME_CONNECT", "0", 0);
+  ncclUniqueId id;
+  ncclResult_t res = ncclGetUniqueId(&id);
+  if (res != ncclSuccess) throw_nccl_error(res, "ncclGetUniqueId", all, nullptr);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  {
+    std::unique_lock lock(c->mu);
+    for (int r = 0; r < n; ++r) {
+      CudaBackend& be = cuda_backend(logical[r]);
+      CudaDeviceGuard guard(physical[r], be.device());
+      be.check(cudaEventCreateWithFlags(&c->done[r], cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    }
+    res = ncclGroupStart();
+    if (res != ncclSuccess) throw_nccl_error(res, "ncclGroupStart", all, nullptr);
+    ncclResult_t failed = ncclSuccess;
+    const char* failed_call = "ncclCommInitRankConfig";
+    int failed_rank = 0;
+    for (int r = 0; r < n && failed == ncclSuccess; ++r) {
+      CudaDeviceGuard guard(physical[r], Device(DeviceType::GPU, logical[r]));
+      res = ncclCommInitRankConfig(&c->comms[r], n, id, r, &config);
+      if (res != ncclSuccess && res != ncclInProgress) {
+        failed = res;
+        failed_rank = r;
+      }
+    }
+    res = ncclGroupEnd();
+    if (failed == ncclSuccess && res != ncclSuccess && res != ncclInProgress) {
+      failed = res;
+      failed_call = "ncclGroupEnd (communicator initialisation)";
+    }
+    if (failed != ncclSuccess) {
+      c->abort_locked();
+      throw_nccl_error(failed, failed_call, c->where(failed_rank), nullptr);
+    }
+  }
+  // Non-blocking initialisation: wait until every communicator is ready, within the deadline.
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  for (int r = 0; r < n; ++r) {
+    Poll poll;
+    while (true) {
+      ncclResult_t state = ncclSuccess;
+      res = ncclCommGetAsyncError(c->comms[r], &state);
+      if (res != ncclSuccess) state = res;
+      if (state == ncclSuccess) break;
+      if (state != ncclInProgress) {
+        const std::string where = c->where(r);
+        const char* last = ncclGetLastError(c->comms[r]);
+        const std::string detail = last && *last ? str_cat(" (", last, ")") : "";
+        c->abort();
+        throw_nccl_error(state, str_cat("communicator initialisation", detail).c_str(), where, nullptr);
+      }
+      if (Clock::now() > deadline) {
+        c->abort();
+        throw DeadlineExceededError(str_cat("NcclAllReduce: creating the NCCL communicators of ", n,
+                                            " GPUs took longer than ", timeout_s, " s; they were aborted"));
+      }
+      poll.pause();
+    }
+  }
+  return c;
+}
+
+// Waits until rank `me`'s enqueued NCCL work (and what follows it on the stream up to `done`)
+// has finished, within the deadline; aborts the communicators on a timeout, an NCCL error or an
+// aborted run.
+void wait_for_completion(Comms& c, int me, CudaBackend& be, const Limits& limits, const char* what) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(limits.timeout_s);
+  Poll poll;
+  while (true) {
+    {
+      std::shared_lock lock(c.mu);
+      if (c.aborted) {
+        throw AbortedError(str_cat("NcclAllReduce::", what, " on replica ", me,
+                                   ": the NCCL communicators were aborted (another replica's collective failed or "
+                                   "timed out)"));
+      }
+      const cudaError_t q = cudaEventQuery(c.done[me]);
+      if (q == cudaSuccess) return;
+      // Not an error, but the runtime may keep it as this thread's last error, which a later
+      // kernel launch check would then report.
+      if (q == cudaErrorNotReady) (void)cudaGetLastError();
+      if (q != cudaErrorNotReady) {
+        lock.unlock();
+        c.abort();
+        be.check(q, "cudaEventQuery (NCCL collective)");
+      }
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t res = ncclCommGetAsyncError(c.comms[me], &state);
+      if (res != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
+        const ncclResult_t bad = res != ncclSuccess ? res : state;
+        const std::string where = c.where(me);
+        lock.unlock();
+        c.abort();
+        throw_nccl_error(bad, what, where, nullptr);
+      }
+    }
+    if (limits.aborted()) {
+      c.abort();
+      throw AbortedError(str_cat("NcclAllReduce::", what, " on replica ", me,
+                                 ": another replica failed; the NCCL communicators were aborted"));
+    }
+    if (Clock::now() > deadline) {
+      c.abort();
+      throw DeadlineExceededError(str_cat("NcclAllReduce::", what, " on replica ", me, " (", c.where(me),
+                                          ") did not complete within ", limits.timeout_s,
+                                          " s; the NCCL communicators were aborted (the next collective creates "
+                                          "new ones)"));
+    }
+    poll.pause();
+  }
+}
+
+// Waits until rank `me`'s calls of a group are on its stream (a non-blocking communicator may
+// still be connecting when ncclGroupEnd returns).
+void wait_enqueued(Comms& c, int me, const Limits& limits, const char* what) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(limits.timeout_s);
+  Poll poll;
+  while (true) {
+    {
+      std::shared_lock lock(c.mu);
+      MIRRORED_ENFORCE(!c.aborted, AbortedError, "NcclAllReduce::", what, " on replica ", me,
+                       ": the NCCL communicators were aborted");
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t res = ncclCommGetAsyncError(c.comms[me], &state);
+      const ncclResult_t bad = res != ncclSuccess ? res : state;
+      if (bad == ncclSuccess) return;
+      if (bad != ncclInProgress) {
+        const std::string where = c.where(me);
+        lock.unlock();
+        c.abort();
+        throw_nccl_error(bad, what, where, nullptr);
+      }
+    }
+    if (limits.aborted() || Clock::now() > deadline) {
+      c.abort();
+      if (limits.aborted()) throw AbortedError(str_cat("NcclAllReduce::", what, " on replica ", me, ": another replica failed"));
+      throw DeadlineExceededError(str_cat("NcclAllReduce::", what, " on replica ", me,
+                                          " could not be enqueued within ", limits.timeout_s,
+                                          " s; the NCCL communicators were aborted"));
+    }
+    poll.pause();
+  }
+}
+
+}  // namespace mirrored::detail::nccl

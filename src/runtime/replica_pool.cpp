@@ -1,0 +1,60 @@
+#include "runtime/replica_pool.hpp"
+
+#include <pthread.h>
+
+#include <string>
+
+#include "util/spin.hpp"
+
+namespace mirrored::detail {
+
+ReplicaPool::ReplicaPool(int num_replicas) {
+  threads_.reserve(num_replicas);
+  for (int r = 0; r < num_replicas; ++r) {
+    threads_.emplace_back([this, r] { worker(r); });
+    const std::string name = "mirrored/r" + std::to_string(r);
+    pthread_setname_np(threads_.back().native_handle(), name.substr(0, 15).c_str());
+  }
+}
+
+ReplicaPool::~ReplicaPool() {
+  stop_.store(true, std::memory_order_release);
+  epoch_.fetch_add(1, std::memory_order_release);
+  epoch_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ReplicaPool::execute(Task task, void* ctx) {
+  task_ = task;
+  ctx_ = ctx;
+  pending_.store(size(), std::memory_order_relaxed);
+  // The release on epoch_ publishes task_/ctx_ to the workers.
+  const uint32_t epoch = epoch_.fetch_add(1, std::memory_order_release) + 1;
+  epoch_.notify_all();
+  // Wait for the last worker to publish done_epoch_ == epoch.
+  if (!spin_until([&] { return done_epoch_.load(std::memory_order_acquire) == epoch; })) {
+    for (uint32_t seen = done_epoch_.load(std::memory_order_acquire); seen != epoch;
+         seen = done_epoch_.load(std::memory_order_acquire)) {
+      done_epoch_.wait(seen, std::memory_order_acquire);
+    }
+  }
+}
+
+void ReplicaPool::worker(int replica) {
+  uint32_t seen = 0;
+  while (true) {
+    if (!spin_until([&] { return epoch_.load(std::memory_order_acquire) != seen; })) {
+      epoch_.wait(seen, std::memory_order_acquire);
+      if (epoch_.load(std::memory_order_acquire) == seen) continue;  // spurious wake-up
+    }
+    seen = epoch_.load(std::memory_order_acquire);
+    if (stop_.load(std::memory_order_acquire)) return;
+    task_(ctx_, replica);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      done_epoch_.store(seen, std::memory_order_release);
+      done_epoch_.notify_one();
+    }
+  }
+}
+
+}  // namespace mirrored::detail

@@ -1,0 +1,96 @@
+// StrategyExtended's compiled parts: cross-replica reductions onto destinations, packed.
+#include "collectives/packing.hpp"
+#include "mirrored/strategy.hpp"
+
+namespace mirrored {
+
+void StrategyExtended::require_cross_replica(const char* method) const {
+  s_.require_cross_replica(method, "");
+}
+
+namespace {
+
+void check_batch(const std::vector<std::vector<detail::UntypedTensor>>& values, std::size_t n, int64_t bytes_per_pack) {
+  MIRRORED_ENFORCE(bytes_per_pack >= 0, InvalidArgumentError, "CommunicationOptions::bytes_per_pack must be >= 0, got ",
+                   bytes_per_pack);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    for (std::size_t r = 1; r < n; ++r) {
+      MIRRORED_ENFORCE(values[i][r].shape == values[i][0].shape, InvalidArgumentError, "batch_reduce_to: value ", i,
+                       " has shape ", detail::format_shape(values[i][0].shape), " on replica 0 but ",
+                       detail::format_shape(values[i][r].shape), " on replica ", r);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<detail::UntypedTensor>> StrategyExtended::batch_reduce_onto(
+    ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
+    const std::vector<std::vector<Device>>& destinations, const CommunicationOptions& options) {
+  const std::size_t n = static_cast<std::size_t>(s_.num_replicas_in_sync());
+  check_batch(values, n, options.bytes_per_pack);
+  std::vector<std::vector<detail::UntypedTensor>> out(values.size());
+  if (values.empty()) return out;
+  bool onto_replicas = true;
+  for (const auto& d : destinations) onto_replicas = onto_replicas && d == worker_devices();
+  if (onto_replicas) {
+    const double timeout_s = options.timeout_seconds.value_or(collective_timeout_seconds());
+    if (s_.cross_device_ops_->batch_all_reduce(op, values, worker_devices(), out, timeout_s)) return out;
+  }
+  // Into host memory, then a copy per destination device (host memory is shared by CPU:0).
+  const auto reduced = batch_reduce_flat(op, values, options.bytes_per_pack);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    for (const Device& d : destinations[i]) {
+      if (d == reduced[i].device()) {
+        out[i].push_back(reduced[i]);
+        continue;
+      }
+      auto& copy = out[i].emplace_back(detail::make_untyped(reduced[i].dtype, reduced[i].shape, d));
+      detail::copy_between(copy.data(), d, reduced[i].data(), reduced[i].device(), copy.bytes());
+    }
+  }
+  return out;
+}
+
+std::vector<detail::UntypedTensor> StrategyExtended::batch_reduce_flat(
+    ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values, int64_t bytes_per_pack) {
+  const std::size_t n = static_cast<std::size_t>(s_.num_replicas_in_sync());
+  std::vector<detail::UntypedTensor> out(values.size());
+  if (values.empty()) return out;
+  // Plan on replica 0's tensors; every replica's tensors have the same shapes and dtypes.
+  std::vector<detail::UntypedTensor> firsts;
+  for (const auto& v : values) firsts.push_back(v[0]);
+  for (const auto& pack : detail::plan_packs(firsts, bytes_per_pack)) {
+    if (pack.size() == 1) {
+      const std::size_t i = pack[0];
+      out[i] = detail::make_untyped(values[i][0].dtype, values[i][0].shape, cpu0);
+      s_.cross_device_ops_->reduce(op, values[i], out[i]);
+      continue;
+    }
+    // Several tensors: concatenate each replica's into one host buffer, reduce once, split.
+    const DType dtype = values[pack[0]][0].dtype;
+    int64_t total = 0;
+    for (std::size_t i : pack) total += values[i][0].numel;
+    std::vector<detail::UntypedTensor> packed(n);
+    for (std::size_t r = 0; r < n; ++r) {
+      packed[r] = detail::make_untyped(dtype, {total}, cpu0);
+      std::size_t offset = 0;
+      for (std::size_t i : pack) {
+        const auto& t = values[i][r];
+        detail::copy_between(static_cast<unsigned char*>(packed[r].data()) + offset, cpu0, t.data(), t.device(), t.bytes());
+        offset += t.bytes();
+      }
+    }
+    detail::UntypedTensor result = detail::make_untyped(dtype, {total}, cpu0);
+    s_.cross_device_ops_->reduce(op, packed, result);
+    std::size_t offset = 0;
+    for (std::size_t i : pack) {
+      out[i] = detail::make_untyped(dtype, values[i][0].shape, cpu0);
+      detail::copy_between(out[i].data(), cpu0, static_cast<unsigned char*>(result.data()) + offset, cpu0, out[i].bytes());
+      offset += out[i].bytes();
+    }
+  }
+  return out;
+}
+
+}  // namespace mirrored

@@ -1,0 +1,28 @@
+#pragma once
+// Private: the threading state of one strategy, behind Strategy's pointer so that user code does not
+// compile the mutexes and condition variables.
+#include <atomic>
+#include <exception>
+#include <memory>
+#include <mutex>
+
+#include "collectives/collective_group.hpp"
+#include "runtime/replica_pool.hpp"
+
+namespace mirrored::detail {
+
+struct StrategyRuntime {
+  StrategyRuntime(int num_replicas, double collective_timeout_s, double stall_warn_s)
+      : collective_timeout_s(collective_timeout_s), group(num_replicas, stall_warn_s) {}
+
+  // Written by set_collective_timeout_seconds while replica threads may read it.
+  std::atomic<double> collective_timeout_s;
+  CollectiveGroup group;
+  std::unique_ptr<ReplicaPool> pool;  // none for the default strategy, which runs inline
+  std::mutex run_mu;                  // one run at a time
+  std::mutex failure_mu;
+  std::exception_ptr first_failure;
+  bool first_failure_aborted = false;  // first_failure is an AbortedError
+};
+
+}  // namespace mirrored::detail

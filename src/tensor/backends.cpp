@@ -1,0 +1,69 @@
+// Which backend serves a device, and copies between any two devices.
+#include <cstring>
+#include <vector>
+
+#include "gpu/gpu_runtime.hpp"
+#include "gpu/logical_gpus.hpp"
+#include "mirrored/detail/device_backend.hpp"
+#include "mirrored/errors.hpp"
+#include "tensor/host_backend.hpp"
+
+namespace mirrored::detail {
+
+DeviceBackend& backend_for(const Device& device) {
+  if (device.is_host()) return host_backend();
+  const int visible = logical_gpu_count();
+  auto& runtime = gpu_runtime();
+  MIRRORED_ENFORCE(device.index() < visible, NotFoundError, "Device ", device.to_string(), " not found: ", visible,
+                   " GPUs are visible (", runtime.unavailable_reason(), ")");
+  mark_gpus_used();
+  return runtime.backend(device);
+}
+
+void copy_between(void* dst, const Device& dst_device, const void* src, const Device& src_device, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device.is_host() && src_device.is_host()) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+  if (same_backend(dst_device, src_device)) {
+    auto& be = backend_for(dst_device);
+    be.copy_within(dst, src, bytes);
+    be.synchronize();
+    return;
+  }
+  if (dst_device.is_host()) {
+    auto& be = backend_for(src_device);
+    be.synchronize();
+    be.copy_to_host(dst, src, bytes);
+    return;
+  }
+  if (src_device.is_host()) {
+    auto& be = backend_for(dst_device);
+    be.copy_from_host(dst, src, bytes);
+    be.synchronize();
+    return;
+  }
+  // GPU to another GPU: a same-chip or peer copy where the platform has one.
+  if (gpu_runtime().copy_gpu_to_gpu(dst, dst_device, src, src_device, bytes)) return;
+  // Device to another device: stage through host memory.
+  std::vector<unsigned char> staging(bytes);
+  auto& from = backend_for(src_device);
+  from.synchronize();
+  from.copy_to_host(staging.data(), src, bytes);
+  auto& to = backend_for(dst_device);
+  to.copy_from_host(dst, staging.data(), bytes);
+  to.synchronize();
+}
+
+void prefetch_between(void* dst, const Device& dst_device, const void* src, const Device& src_device,
+                      std::size_t bytes) {
+  if (bytes == 0) return;
+  if (src_device.is_host() && !dst_device.is_host()) {
+    backend_for(dst_device).prefetch_from_host(dst, src, bytes);
+    return;
+  }
+  copy_between(dst, dst_device, src, src_device, bytes);
+}
+
+}  // namespace mirrored::detail

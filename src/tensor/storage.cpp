@@ -1,0 +1,45 @@
+// Tensor storage and the type-erased tensor helpers.
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "mirrored/detail/device_backend.hpp"
+#include "mirrored/detail/untyped_tensor.hpp"
+#include "mirrored/errors.hpp"
+#include "mirrored/tensor.hpp"
+
+namespace mirrored::detail {
+
+Storage::Storage(const Device& device, std::size_t bytes)
+    : device_(device), backend_(&backend_for(device)), bytes_(bytes) {
+  ptr_ = backend_->allocate(bytes);
+}
+
+Storage::~Storage() { backend_->deallocate(ptr_, bytes_); }
+
+void check_same_device(const char* op, const Device& a, const Device& b) {
+  MIRRORED_ENFORCE(a == b, InvalidArgumentError, op, ": operands are on different devices: ", a.to_string(), " vs ",
+                   b.to_string());
+}
+
+void throw_incompatible_shapes(const char* op, const Shape& a, const Shape& b) {
+  throw InvalidArgumentError(std::string(op) + ": Incompatible shapes: " + format_shape(a) + " vs. " + format_shape(b));
+}
+
+UntypedTensor make_untyped(DType dtype, const Shape& shape, const Device& device) {
+  UntypedTensor t;
+  t.dtype = dtype;
+  t.shape = shape;
+  t.numel = shape_numel(shape);
+  t.storage = std::make_shared<Storage>(device, std::max<std::size_t>(t.bytes(), 1));
+  return t;
+}
+
+UntypedTensor cast_untyped(const UntypedTensor& t, DType dtype) {
+  if (t.dtype == dtype) return t;
+  UntypedTensor out = make_untyped(dtype, t.shape, t.device());
+  if (t.numel) backend_for(t.device()).cast(t.dtype, t.data(), dtype, out.data(), t.numel);
+  return out;
+}
+
+}  // namespace mirrored::detail

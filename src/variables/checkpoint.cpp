@@ -1,0 +1,463 @@
+// Checkpoint files in the safetensors format (see include/mirrored/checkpoint.hpp for the layout).
+
+#include "mirrored/checkpoint.hpp"
+
+#include "variables/checkpoint_header.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <tuple>
+
+#include "mirrored/detail/device_backend.hpp"
+#include "mirrored/detail/format.hpp"
+
+static_assert(std::endian::native == std::endian::little,
+              "checkpoint files hold little-endian data; big-endian hosts are not supported");
+
+namespace mirrored {
+namespace detail {
+namespace {
+
+std::atomic<CheckpointFaultHook> g_fault_hook{nullptr};
+
+constexpr std::array<std::uint32_t, 256> make_crc_table() {
+  std::array<std::uint32_t, 256> table{};
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    std::uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1u) ? (0xEDB88320u ^ (c >> 1)) : (c >> 1);
+    table[i] = c;
+  }
+  return table;
+}
+constexpr std::array<std::uint32_t, 256> kCrcTable = make_crc_table();
+
+}  // namespace
+
+std::uint32_t checkpoint_crc32(std::uint32_t crc, const void* data, std::size_t bytes) noexcept {
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::uint32_t c = crc ^ 0xFFFFFFFFu;
+  for (std::size_t i = 0; i < bytes; ++i) c = kCrcTable[(c ^ p[i]) & 0xFFu] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+CheckpointFaultHook set_checkpoint_fault_hook(CheckpointFaultHook hook) noexcept {
+  return g_fault_hook.exchange(hook);
+}
+
+std::string checkpoint_temp_path(const std::string& path) { return path + ".tmp"; }
+
+}  // namespace detail
+
+namespace checkpoint {
+namespace {
+
+using namespace internal;
+
+using detail::str_cat;
+
+/// The safetensors reader (Rust) refuses headers larger than this; so do we.
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+constexpr std::string_view kChecksumPrefix = "crc32:";
+
+
+// --- I/O helpers -----------------------------------------------------------------------------
+
+[[noreturn]] void throw_io(const std::string& path, const char* what, const std::string& file, int err) {
+  const std::string msg = str_cat(prefix(path), what, " '", file, "' failed: ", std::strerror(err));
+  switch (err) {
+    case ENOENT:
+      throw NotFoundError(msg);
+    case EINVAL:
+    case EISDIR:
+    case ENOTDIR:
+    case ENAMETOOLONG:
+    case ELOOP:
+      throw InvalidArgumentError(msg);
+    case EACCES:
+    case EPERM:
+    case EROFS:
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      throw FailedPreconditionError(msg);
+    default:
+      throw UnavailableError(msg);
+  }
+}
+
+/// Closes a file descriptor on scope exit unless released.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const noexcept { return fd_; }
+  int release() noexcept { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+void write_all(int fd, const void* data, std::size_t bytes, const std::string& path, const std::string& file) {
+  const auto* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd, p, bytes);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_io(path, "writing", file, errno);
+    }
+    p += n;
+    bytes -= static_cast<std::size_t>(n);
+  }
+}
+
+/// Reads exactly `bytes` at the current position; returns how many were read (fewer at EOF).
+std::size_t read_full(int fd, void* data, std::size_t bytes, const std::string& path) {
+  auto* p = static_cast<char*>(data);
+  std::size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::read(fd, p + done, bytes - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_io(path, "reading", path, errno);
+    }
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  return done;
+}
+
+std::string directory_of(const std::string& path) {
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+void fsync_directory(const std::string& path, const std::string& dir) {
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) throw_io(path, "opening directory", dir, errno);
+  // Some file systems cannot fsync a directory (EINVAL); the rename itself has happened.
+  if (::fsync(fd.get()) != 0 && errno != EINVAL) throw_io(path, "fsyncing directory", dir, errno);
+}
+
+
+/// Bytes of a tensor of `dtype` and `shape`, or nullopt on overflow.
+std::optional<std::uint64_t> byte_size(DType dtype, const Shape& shape) {
+  std::uint64_t n = dtype_size(dtype);
+  for (int64_t d : shape) {
+    const auto ud = static_cast<std::uint64_t>(d);
+    if (ud != 0 && n > std::numeric_limits<std::uint64_t>::max() / ud) return std::nullopt;
+    n *= ud;
+  }
+  return n;
+}
+
+std::string hex8(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+std::optional<std::uint32_t> parse_checksum(std::string_view s) {
+  if (s.size() != kChecksumPrefix.size() + 8 || s.substr(0, kChecksumPrefix.size()) != kChecksumPrefix)
+    return std::nullopt;
+  std::uint32_t v = 0;
+  for (char c : s.substr(kChecksumPrefix.size())) {
+    unsigned d;
+    if (c >= '0' && c <= '9') d = static_cast<unsigned>(c - '0');
+    else if (c >= 'a' && c <= 'f') d = static_cast<unsigned>(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F') d = static_cast<unsigned>(c - 'A' + 10);
+    else return std::nullopt;
+    v = (v << 4) | d;
+  }
+  return v;
+}
+
+void call_fault_hook(const std::string& temp, std::uint64_t written, std::uint64_t total) {
+  if (auto hook = detail::g_fault_hook.load()) hook(temp, written, total);
+}
+
+
+/// Opens `<path>.tmp` for writing, exclusively: takes a non-blocking `flock` and makes sure the
+/// locked file is still the one at that path (a concurrent save may have renamed it away), then
+/// truncates it. A leftover from a crashed save is simply reused.
+int open_temp_locked(const std::string& path, const std::string& temp) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    if (fd.get() < 0) throw_io(path, "creating", temp, errno);
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EWOULDBLOCK)
+        throw FailedPreconditionError(
+            str_cat(prefix(path), "another save to this path is in progress (", temp, " is locked)"));
+      throw_io(path, "locking", temp, errno);
+    }
+    struct stat by_fd {}, by_name {};
+    if (::fstat(fd.get(), &by_fd) != 0) throw_io(path, "stat of", temp, errno);
+    if (::stat(temp.c_str(), &by_name) != 0 || by_fd.st_ino != by_name.st_ino || by_fd.st_dev != by_name.st_dev)
+      continue;  // renamed or removed by the save that held the lock: open the new one
+    if (::ftruncate(fd.get(), 0) != 0) throw_io(path, "truncating", temp, errno);
+    return fd.release();
+  }
+  throw FailedPreconditionError(str_cat(prefix(path), "could not lock ", temp, " (concurrent saves?)"));
+}
+
+void check_name(const std::string& path, std::string_view kind, const std::string& name) {
+  MIRRORED_ENFORCE(valid_utf8(name), InvalidArgumentError, prefix(path), kind, " ", quoted(name),
+                   " is not valid UTF-8");
+}
+
+}  // namespace
+
+const char* safetensors_dtype_name(DType dtype) noexcept {
+  for (const auto& e : kDtypes)
+    if (e.dtype == dtype) return e.name;
+  return "?";
+}
+
+void save_tensors(const std::string& path, const TensorMap& tensors, const Metadata& metadata) {
+  // --- validate the arguments and lay out the file before touching the file system ---
+  MIRRORED_ENFORCE(!path.empty(), InvalidArgumentError, "checkpoint::save_tensors: empty path");
+  for (const auto& [key, value] : metadata) {
+    check_name(path, "metadata key", key);
+    MIRRORED_ENFORCE(valid_utf8(value), InvalidArgumentError, prefix(path), "metadata value of key ",
+                     quoted(key), " is not valid UTF-8");
+    MIRRORED_ENFORCE(key.rfind("mirrored.", 0) != 0, InvalidArgumentError, prefix(path), "metadata key ",
+                     quoted(key), " is reserved (keys starting with 'mirrored.' are the library's)");
+  }
+  std::uint64_t data_bytes = 0;
+  std::string header = "{\"__metadata__\":{";
+  Metadata all_metadata = metadata;
+  all_metadata[kChecksumKey] = std::string(kChecksumPrefix) + "00000000";  // patched after the data
+  all_metadata[kFormatKey] = kFormatVersion;
+  bool first = true;
+  std::size_t checksum_pos = std::string::npos;
+  for (const auto& [key, value] : all_metadata) {
+    if (!first) header += ',';
+    first = false;
+    append_json_string(header, key);
+    header += ':';
+    if (key == kChecksumKey) checksum_pos = header.size() + 1 + kChecksumPrefix.size();
+    append_json_string(header, value);
+  }
+  header += '}';
+  for (const auto& [name, t] : tensors) {
+    MIRRORED_ENFORCE(name != kMetadataKey, InvalidArgumentError, prefix(path),
+                     "'__metadata__' cannot be a tensor name");
+    check_name(path, "tensor name", name);
+    MIRRORED_ENFORCE(t.numel == 0 || t.storage, InvalidArgumentError, prefix(path), "tensor ", quoted(name),
+                     " has no storage");
+    const std::uint64_t bytes = t.bytes();
+    header += ",";
+    append_json_string(header, name);
+    header += str_cat(":{\"dtype\":\"", safetensors_dtype_name(t.dtype), "\",\"shape\":[");
+    for (std::size_t i = 0; i < t.shape.size(); ++i) header += str_cat(i ? "," : "", t.shape[i]);
+    header += str_cat("],\"data_offsets\":[", data_bytes, ",", data_bytes + bytes, "]}");
+    data_bytes += bytes;
+  }
+  header += '}';
+  header.append((8 - header.size() % 8) % 8, ' ');
+  MIRRORED_ENFORCE(header.size() <= kMaxHeaderBytes, InvalidArgumentError, prefix(path), "header of ",
+                   header.size(), " bytes exceeds the safetensors limit of ", kMaxHeaderBytes, " bytes");
+  const std::uint64_t total = 8 + header.size() + data_bytes;
+
+  // --- write <path>.tmp, fsync, rename over <path>, fsync the directory ---
+  const std::string temp = detail::checkpoint_temp_path(path);
+  Fd fd(open_temp_locked(path, temp));
+  try {
+    unsigned char len[8];
+    const std::uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    write_all(fd.get(), len, 8, path, temp);
+    write_all(fd.get(), header.data(), header.size(), path, temp);
+    std::uint64_t written = 8 + header.size();
+    call_fault_hook(temp, written, total);
+
+    std::uint32_t crc = 0;
+    std::vector<unsigned char> staging(static_cast<std::size_t>(
+        std::min<std::uint64_t>(data_bytes, detail::kCheckpointChunkBytes)));
+    for (const auto& [name, t] : tensors) {
+      const std::size_t bytes = t.bytes();
+      if (bytes == 0) continue;
+      auto& backend = t.storage->backend();
+      backend.synchronize();
+      const auto* src = static_cast<const unsigned char*>(t.data());
+      for (std::size_t off = 0; off < bytes; off += staging.size()) {
+        const std::size_t chunk = std::min(staging.size(), bytes - off);
+        backend.copy_to_host(staging.data(), src + off, chunk);
+        crc = detail::checkpoint_crc32(crc, staging.data(), chunk);
+        write_all(fd.get(), staging.data(), chunk, path, temp);
+        written += chunk;
+        call_fault_hook(temp, written, total);
+      }
+    }
+    const std::string hex = hex8(crc);
+    const auto at = static_cast<off_t>(8 + checksum_pos);
+    if (::pwrite(fd.get(), hex.data(), hex.size(), at) != static_cast<ssize_t>(hex.size()))
+      throw_io(path, "writing", temp, errno ? errno : EIO);
+    if (::fsync(fd.get()) != 0) throw_io(path, "fsyncing", temp, errno);
+    if (::rename(temp.c_str(), path.c_str()) != 0) throw_io(path, "renaming", temp, errno);
+  } catch (...) {
+    ::unlink(temp.c_str());
+    throw;
+  }
+  if (::close(fd.release()) != 0) throw_io(path, "closing", path, errno);
+  fsync_directory(path, directory_of(path));
+}
+
+Checkpoint load(const std::string& path, const LoadOptions& options) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    if (errno == ENOENT) throw NotFoundError(str_cat(prefix(path), "no such file"));
+    throw_io(path, "opening", path, errno);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw_io(path, "stat of", path, errno);
+  MIRRORED_ENFORCE(S_ISREG(st.st_mode), InvalidArgumentError, prefix(path), "not a regular file");
+  const auto file_size = static_cast<std::uint64_t>(st.st_size);
+
+  // --- header ---
+  unsigned char len[8];
+  MIRRORED_ENFORCE(file_size >= 8 && read_full(fd.get(), len, 8, path) == 8, InvalidArgumentError, prefix(path),
+                   "truncated: the file has ", file_size, " bytes, too few for the 8-byte header length");
+  std::uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len[i];
+  MIRRORED_ENFORCE(header_len <= kMaxHeaderBytes, InvalidArgumentError, prefix(path), "corrupt: header length ",
+                   header_len, " exceeds the safetensors limit of ", kMaxHeaderBytes, " bytes");
+  MIRRORED_ENFORCE(8 + header_len <= file_size, InvalidArgumentError, prefix(path), "truncated: header length ",
+                   header_len, " needs ", 8 + header_len, " bytes, the file has ", file_size);
+  std::string text(static_cast<std::size_t>(header_len), '\0');
+  MIRRORED_ENFORCE(read_full(fd.get(), text.data(), text.size(), path) == text.size(), InvalidArgumentError,
+                   prefix(path), "truncated while reading the header (the file changed?)");
+  Header header = parse_header(text, path);
+  const std::uint64_t data_size = file_size - 8 - header_len;
+
+  // --- metadata ---
+  std::optional<std::uint32_t> expected_crc;
+  if (auto it = header.metadata.find(kChecksumKey); it != header.metadata.end()) {
+    expected_crc = parse_checksum(it->second);
+    MIRRORED_ENFORCE(expected_crc.has_value(), InvalidArgumentError, prefix(path), "corrupt: ", kChecksumKey,
+                     " is ", quoted(it->second), ", expected 'crc32:' and 8 hex digits");
+  } else {
+    MIRRORED_ENFORCE(!options.require_checksum, InvalidArgumentError, prefix(path), "no '", kChecksumKey,
+                     "' in __metadata__ (not written by mirrored, or a corrupt header); load it with "
+                     "LoadOptions::require_checksum = false to skip the check");
+  }
+  if (auto it = header.metadata.find(kFormatKey); it != header.metadata.end())
+    MIRRORED_ENFORCE(it->second == kFormatVersion, InvalidArgumentError, prefix(path), "unsupported ",
+                     kFormatKey, " ", quoted(it->second), " (this build reads version ", kFormatVersion, ")");
+
+  // --- offsets: every tensor's size matches its dtype and shape; together they tile the data
+  // section exactly, in offset order, without gaps or overlaps (the safetensors rule) ---
+  for (const TensorInfo& t : header.tensors) {
+    const auto bytes = byte_size(t.dtype, t.shape);
+    MIRRORED_ENFORCE(bytes.has_value(), InvalidArgumentError, prefix(path), "corrupt: tensor ", quoted(t.name),
+                     ": shape ", detail::format_shape(t.shape), " is too large");
+    MIRRORED_ENFORCE(t.begin <= t.end, InvalidArgumentError, prefix(path), "corrupt: tensor ", quoted(t.name),
+                     ": data_offsets [", t.begin, ", ", t.end, "] are reversed");
+    MIRRORED_ENFORCE(t.end - t.begin == *bytes, InvalidArgumentError, prefix(path), "corrupt: tensor ",
+                     quoted(t.name), ": data_offsets [", t.begin, ", ", t.end, "] span ", t.end - t.begin,
+                     " bytes, but ", safetensors_dtype_name(t.dtype), " shape ", detail::format_shape(t.shape),
+                     " needs ", *bytes);
+  }
+  std::vector<const TensorInfo*> order;
+  for (const TensorInfo& t : header.tensors) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](const TensorInfo* a, const TensorInfo* b) {
+    return std::tie(a->begin, a->end, a->name) < std::tie(b->begin, b->end, b->name);
+  });
+  std::uint64_t expected_begin = 0;
+  for (const TensorInfo* t : order) {
+    MIRRORED_ENFORCE(t->begin == expected_begin, InvalidArgumentError, prefix(path), "corrupt: tensor ",
+                     quoted(t->name), ": data_offsets [", t->begin, ", ", t->end, "] ",
+                     t->begin < expected_begin ? "overlap the previous tensor" : "leave a gap after the previous tensor",
+                     " (expected it to start at ", expected_begin, ")");
+    MIRRORED_ENFORCE(t->end <= data_size, InvalidArgumentError, prefix(path), "truncated: tensor ",
+                     quoted(t->name), " needs data bytes [", t->begin, ", ", t->end, "), the file has only ",
+                     data_size, " bytes of data");
+    expected_begin = t->end;
+  }
+  MIRRORED_ENFORCE(expected_begin == data_size, InvalidArgumentError, prefix(path), "corrupt: ",
+                   data_size - expected_begin, " bytes after the last tensor's data (the header describes ",
+                   expected_begin, " bytes of data, the file has ", data_size, ")");
+
+  // --- data, in file order, with the checksum ---
+  TensorMap tensors;
+  std::uint32_t crc = 0;
+  for (const TensorInfo* t : order) {
+    detail::UntypedTensor u = detail::make_untyped(t->dtype, t->shape, cpu0);
+    const std::size_t bytes = u.bytes();
+    auto* dst = static_cast<unsigned char*>(u.data());
+    MIRRORED_ENFORCE(read_full(fd.get(), dst, bytes, path) == bytes, InvalidArgumentError, prefix(path),
+                     "truncated while reading tensor ", quoted(t->name), " (the file changed?)");
+    crc = detail::checkpoint_crc32(crc, dst, bytes);
+    tensors.emplace(t->name, std::move(u));
+  }
+  if (expected_crc) {
+    MIRRORED_ENFORCE(crc == *expected_crc, InvalidArgumentError, prefix(path),
+                     "corrupt: checksum mismatch: the data section's crc32 is ", hex8(crc), ", the header records ",
+                     hex8(*expected_crc));
+  }
+  return Checkpoint(path, std::move(tensors), std::move(header.metadata));
+}
+
+TensorMap load_tensors(const std::string& path, const LoadOptions& options) {
+  return load(path, options).tensors();
+}
+
+std::vector<std::string> Checkpoint::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : tensors_) out.push_back(name);
+  return out;
+}
+
+const detail::UntypedTensor& Checkpoint::at(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    std::string have;
+    std::size_t listed = 0;
+    for (const auto& [n, t] : tensors_) {
+      if (listed == 20) {
+        have += str_cat(", ... (", tensors_.size(), " in all)");
+        break;
+      }
+      have += str_cat(listed ? ", " : "", quoted(n));
+      ++listed;
+    }
+    throw NotFoundError(str_cat(prefix(path_), "no tensor named ", quoted(name), " (the file has ",
+                                tensors_.empty() ? std::string("no tensors") : have, ")"));
+  }
+  return it->second;
+}
+
+void Checkpoint::check(const std::string& name, DType dtype, const Shape& shape) const {
+  const detail::UntypedTensor& u = at(name);
+  if (u.dtype != dtype) throw_dtype_mismatch(name, u.dtype, dtype);
+  MIRRORED_ENFORCE(u.shape == shape, InvalidArgumentError, prefix(path_), "tensor ", quoted(name),
+                   ": shape mismatch: the file has ", detail::format_shape(u.shape), ", expected ",
+                   detail::format_shape(shape));
+}
+
+void Checkpoint::throw_dtype_mismatch(const std::string& name, DType have, DType want) const {
+  throw InvalidArgumentError(str_cat(prefix(path_), "tensor ", quoted(name), ": dtype mismatch: the file has ",
+                                     dtype_name(have), ", expected ", dtype_name(want)));
+}
+
+}  // namespace checkpoint
+}  // namespace mirrored

@@ -1,0 +1,31 @@
+#include "mirrored/variable_checkpoint.hpp"
+
+#include "runtime/default_strategy.hpp"
+
+namespace mirrored::checkpoint {
+namespace {
+
+void require_cross_replica(const char* op) {
+  const auto& ts = detail::thread_state();
+  MIRRORED_ENFORCE(!ts.replica || detail::is_default_context(ts.replica), FailedPreconditionError, "checkpoint::", op,
+                   " called on replica ", ts.replica ? ts.replica->replica_id_in_sync_group() : 0,
+                   " inside run; save and restore in cross-replica context (outside run)");
+}
+
+}  // namespace
+
+void save(const std::string& path, const VariableMap& variables, const Metadata& metadata) {
+  require_cross_replica("save");
+  TensorMap tensors;
+  for (const auto& [name, ref] : variables) tensors.emplace(name, ref.read());
+  save_tensors(path, tensors, metadata);
+}
+
+void restore(const std::string& path, const VariableMap& variables) {
+  require_cross_replica("restore");
+  const Checkpoint ckpt = load(path);
+  for (const auto& [name, ref] : variables) ckpt.check(name, ref.dtype(), ref.shape());
+  for (const auto& [name, ref] : variables) ref.write(ckpt.at(name));
+}
+
+}  // namespace mirrored::checkpoint

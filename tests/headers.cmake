@@ -1,0 +1,43 @@
+# Header self-containment: every public header compiles alone (twice, for its include guard), and
+# <mirrored/cuda.hpp> stops a build without CUDA with an #error. Run as the ctests headers.*, which
+# build targets excluded from `all`; skipped in sanitizer builds (same code, more time).
+if(NOT MIRRORED_SANITIZE STREQUAL "")
+  return()
+endif()
+
+file(GLOB_RECURSE _mirrored_public_headers CONFIGURE_DEPENDS
+  RELATIVE "${PROJECT_SOURCE_DIR}/include" "${PROJECT_SOURCE_DIR}/include/mirrored/*.hpp")
+list(APPEND _mirrored_public_headers mirrored/config.hpp)
+if(NOT MIRRORED_HAVE_CUDA)
+  list(REMOVE_ITEM _mirrored_public_headers mirrored/cuda.hpp)
+endif()
+set(_mirrored_header_tus "")
+foreach(header IN LISTS _mirrored_public_headers)
+  string(MAKE_C_IDENTIFIER "${header}" id)
+  set(tu "${CMAKE_CURRENT_BINARY_DIR}/headers/${id}.cpp")
+  file(CONFIGURE OUTPUT "${tu}" CONTENT "#include <${header}>\n#include <${header}>\n")
+  list(APPEND _mirrored_header_tus "${tu}")
+endforeach()
+add_library(mirrored_header_check OBJECT EXCLUDE_FROM_ALL ${_mirrored_header_tus})
+target_link_libraries(mirrored_header_check PRIVATE mirrored::eigen)
+if(MIRRORED_HAVE_CUDA)
+  target_link_libraries(mirrored_header_check PRIVATE CUDA::cudart)
+endif()
+mirrored_set_warnings(mirrored_header_check)
+target_compile_options(mirrored_header_check PRIVATE -Werror)
+add_test(NAME headers.self_contained
+  COMMAND "${CMAKE_COMMAND}" --build "${PROJECT_BINARY_DIR}" --target mirrored_header_check)
+set_tests_properties(headers.self_contained PROPERTIES LABELS headers TIMEOUT 600 RUN_SERIAL TRUE)
+
+if(NOT MIRRORED_HAVE_CUDA)
+  set(tu "${CMAKE_CURRENT_BINARY_DIR}/headers/cuda_without_cuda.cpp")
+  file(CONFIGURE OUTPUT "${tu}" CONTENT "#include <mirrored/cuda.hpp>\n")
+  add_library(mirrored_cuda_header_without_cuda OBJECT EXCLUDE_FROM_ALL "${tu}")
+  target_link_libraries(mirrored_cuda_header_without_cuda PRIVATE mirrored::mirrored)
+  add_test(NAME headers.cuda_needs_a_cuda_build
+    COMMAND "${CMAKE_COMMAND}" --build "${PROJECT_BINARY_DIR}" --target mirrored_cuda_header_without_cuda)
+  # The build must fail, and with the header's own message (not a missing cuda_runtime.h).
+  set_tests_properties(headers.cuda_needs_a_cuda_build PROPERTIES
+    LABELS headers RUN_SERIAL TRUE
+    PASS_REGULAR_EXPRESSION "mirrored/cuda.hpp needs a CUDA build of mirrored")
+endif()
