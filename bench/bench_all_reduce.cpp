@@ -66,7 +66,8 @@ void BM_AllReduce(benchmark::State& state) {
   // Per-replica inputs on the replica's device, filled (so their pages exist) before timing.
   std::vector<Tensor<float>> inputs;
   for (int r = 0; r < n; ++r) {
-    inputs.push_back(Tensor<float>::full({numel}, static_cast<float>(r + 1), Device::parse("CPU:" + std::to_string(r))));
+    inputs.push_back(
+        Tensor<float>::full({numel}, static_cast<float>(r + 1), Device::parse("CPU:" + std::to_string(r))));
   }
   const mirrored::PerReplica<Tensor<float>> per_replica(inputs);
 
@@ -91,8 +92,9 @@ void BM_AllReduce(benchmark::State& state) {
   // Sanity check (not timed): one all-reduce must give every replica the sum of the inputs.
   {
     // Inputs hold r+1 now; the anchor adds 1 per call to every input, so check before timing.
-    auto outs = strategy.run([](const Tensor<float>& x) { return mirrored::get_replica_context()->all_reduce(ReduceOp::SUM, x); },
-                             per_replica);
+    auto outs = strategy.run(
+        [](const Tensor<float>& x) { return mirrored::get_replica_context()->all_reduce(ReduceOp::SUM, x); },
+        per_replica);
     const float expect = static_cast<float>(n) * static_cast<float>(n + 1) / 2.0f;
     for (int r = 0; r < n; ++r) {
       const float* o = outs[static_cast<std::size_t>(r)].data();

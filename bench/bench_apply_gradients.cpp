@@ -47,7 +47,8 @@ void BM_ApplyGradients(benchmark::State& state) {
   sizes.back() += kTotalFloats - (kTotalFloats / k) * k;
   {
     auto scope = s.scope();
-    for (int i = 0; i < k; ++i) vars.emplace_back(Tensor<float>::zeros({sizes[i]}), VariableOptions{.name = "w" + std::to_string(i)});
+    for (int i = 0; i < k; ++i)
+      vars.emplace_back(Tensor<float>::zeros({sizes[i]}), VariableOptions{.name = "w" + std::to_string(i)});
   }
   // Per-replica gradients, made once.
   std::vector<std::vector<Tensor<float>>> grads(kReplicas);
@@ -66,8 +67,10 @@ void BM_ApplyGradients(benchmark::State& state) {
   };
   double t[5] = {0, 0, 0, 0, 0};
   for (auto _ : state) {
-    t[0] += seconds_of(s, [&] { benchmark::DoNotOptimize(get_replica_context()->all_reduce(ReduceOp::SUM, whole[id()])); });
-    t[1] += seconds_of(s, [&] { benchmark::DoNotOptimize(get_replica_context()->all_reduce(ReduceOp::SUM, grads[id()])); });
+    t[0] +=
+        seconds_of(s, [&] { benchmark::DoNotOptimize(get_replica_context()->all_reduce(ReduceOp::SUM, whole[id()])); });
+    t[1] +=
+        seconds_of(s, [&] { benchmark::DoNotOptimize(get_replica_context()->all_reduce(ReduceOp::SUM, grads[id()])); });
     t[2] += seconds_of(s, [&] {
       for (const auto& g : grads[id()]) benchmark::DoNotOptimize(get_replica_context()->all_reduce(ReduceOp::SUM, g));
     });
@@ -84,7 +87,13 @@ void BM_ApplyGradients(benchmark::State& state) {
   state.counters["apply_un"] = t[4] / t[0];
 }
 
-BENCHMARK(BM_ApplyGradients)->Arg(10)->Arg(100)->Arg(1000)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_ApplyGradients)
+    ->Arg(10)
+    ->Arg(100)
+    ->Arg(1000)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(1.0);
 
 }  // namespace
 

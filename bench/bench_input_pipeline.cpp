@@ -39,10 +39,10 @@
 #include <memory>
 #include <mirrored/mirrored.hpp>
 
-#include "bench_util.hpp"
 #include <string>
 #include <thread>
 #include <vector>
+#include "bench_util.hpp"
 
 namespace {
 

@@ -15,7 +15,7 @@ int main() {
 
   auto step = [](const Tensor<float>& x) {
     Tensor<float> grad = get_replica_context()->all_reduce(ReduceOp::SUM, x * 2.0f);  // same on every replica
-    float loss = (x * x).to_vector()[0];                                             // this replica's own
+    float loss = (x * x).to_vector()[0];                                              // this replica's own
     return std::make_tuple(grad, loss);
   };
   auto results = strategy.run(step, inputs);

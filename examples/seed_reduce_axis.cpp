@@ -52,10 +52,12 @@ int main() {
 
   // The alternative the seed warns about: average inside each replica, then average the means.
   // Each replica counts the same, so replica 0's examples weigh 1/8 and replica 1's weigh 1/4.
-  auto replica_means = strategy.run([](const Tensor<float>& batch) {
-    const std::vector<float> v = batch.to_vector();
-    return Tensor<float>::scalar(std::accumulate(v.begin(), v.end(), 0.0f) / static_cast<float>(v.size()));
-  }, partial);
+  auto replica_means = strategy.run(
+      [](const Tensor<float>& batch) {
+        const std::vector<float> v = batch.to_vector();
+        return Tensor<float>::scalar(std::accumulate(v.begin(), v.end(), 0.0f) / static_cast<float>(v.size()));
+      },
+      partial);
   std::cout << "# reduce: MEAN, axis=None of the per-replica means (weights 1/8 and 1/4)\n";
   std::cout << replica_means << "\n";
   std::cout << strategy.reduce(ReduceOp::MEAN, replica_means, std::nullopt) << "\n";

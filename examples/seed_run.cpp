@@ -24,8 +24,9 @@ int main() {
   std::cout << strategy.run(replica_fn2, distributed_values) << "\n";
 
   std::cout << "# run: all_reduce inside the replica function\n";
-  auto replica_ids = strategy.experimental_distribute_values_from_function(
-      [](const ValueContext& value_context) { return Tensor<int32_t>::scalar(value_context.replica_id_in_sync_group); });
+  auto replica_ids = strategy.experimental_distribute_values_from_function([](const ValueContext& value_context) {
+    return Tensor<int32_t>::scalar(value_context.replica_id_in_sync_group);
+  });
   auto all_reduce_fn = [](const Tensor<int32_t>& input) { return get_replica_context()->all_reduce("sum", input); };
   std::cout << strategy.run(all_reduce_fn, replica_ids) << "\n";
 }

@@ -30,9 +30,10 @@ struct Args {
 
 [[noreturn]] void usage(const std::string& error) {
   const bool help = error.empty();
-  (help ? std::cout : std::cerr) << (help ? "" : "train_digits: " + error + "\n")
-            << "usage: train_digits [--devices CPU:0,CPU:1] [--epochs N] [--global-batch N] [--optimizer sgd|adam]\n"
-            << "                    [--learning-rate X] [--seed N] [--data PATH] [--save PATH]\n";
+  (help ? std::cout : std::cerr)
+      << (help ? "" : "train_digits: " + error + "\n")
+      << "usage: train_digits [--devices CPU:0,CPU:1] [--epochs N] [--global-batch N] [--optimizer sgd|adam]\n"
+      << "                    [--learning-rate X] [--seed N] [--data PATH] [--save PATH]\n";
   std::exit(help ? 0 : 2);
 }
 
@@ -47,14 +48,22 @@ Args parse(int argc, char** argv) {
       if (flag == "--devices") {
         std::stringstream ss(v);
         for (std::string d; std::getline(ss, d, ',');) a.devices.push_back(d);
-      } else if (flag == "--epochs") a.cfg.epochs = std::stoi(v);
-      else if (flag == "--global-batch") a.cfg.global_batch = std::stoll(v);
-      else if (flag == "--optimizer") a.cfg.optimizer = v;
-      else if (flag == "--learning-rate") a.cfg.learning_rate = std::stod(v);
-      else if (flag == "--seed") a.cfg.seed = std::stoull(v);
-      else if (flag == "--data") a.data = v;
-      else if (flag == "--save") a.save = v;
-      else usage("unknown flag " + flag);
+      } else if (flag == "--epochs")
+        a.cfg.epochs = std::stoi(v);
+      else if (flag == "--global-batch")
+        a.cfg.global_batch = std::stoll(v);
+      else if (flag == "--optimizer")
+        a.cfg.optimizer = v;
+      else if (flag == "--learning-rate")
+        a.cfg.learning_rate = std::stod(v);
+      else if (flag == "--seed")
+        a.cfg.seed = std::stoull(v);
+      else if (flag == "--data")
+        a.data = v;
+      else if (flag == "--save")
+        a.save = v;
+      else
+        usage("unknown flag " + flag);
     } catch (const std::logic_error&) {
       usage("bad value '" + v + "' for " + flag);
     }
@@ -95,10 +104,11 @@ int main(int argc, char** argv) {
     std::printf("training on %zu examples, holding out %zu; %d replicas (", static_cast<size_t>(split.train.size()),
                 static_cast<size_t>(split.test.size()), strategy.num_replicas_in_sync());
     for (std::size_t i = 0; i < args.devices.size(); ++i) std::printf("%s%s", i ? ", " : "", args.devices[i].c_str());
-    std::printf("), global batch %lld, %s\n", static_cast<long long>(args.cfg.global_batch), args.cfg.optimizer.c_str());
+    std::printf("), global batch %lld, %s\n", static_cast<long long>(args.cfg.global_batch),
+                args.cfg.optimizer.c_str());
     const bool tty = isatty(STDOUT_FILENO);
-    const auto result = digits::train(strategy, split, args.cfg,
-                                      [&](const digits::EpochReport& r) { show(r, args.cfg.epochs, tty); });
+    const auto result =
+        digits::train(strategy, split, args.cfg, [&](const digits::EpochReport& r) { show(r, args.cfg.epochs, tty); });
     std::printf("held-out accuracy: %.2f%% (%lld examples) after %d epochs in %.2f s\n", 100 * result.test_accuracy,
                 static_cast<long long>(split.test.size()), args.cfg.epochs, result.seconds);
     if (!args.save.empty()) {

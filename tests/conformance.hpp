@@ -151,9 +151,12 @@ inline Record tensor_ops(const std::string& spec) {
   rec.tensor("cast i32->u8", cast<uint8_t>(Tensor<int32_t>::from_vector({0, 7, 255, 128}, {4}, d)), d);
   rec.tensor("cast i64->f32", cast<float>(Tensor<int64_t>::from_vector({-5, 1LL << 40}, {2}, d)), d);
   rec.tensor("cast u8->f64", cast<double>(Tensor<uint8_t>::from_vector({0, 200}, {2}, d)), d);
-  rec.tensor("i32 -7/2", Tensor<int32_t>::from_vector({-7, 7, -7}, {3}, d) / Tensor<int32_t>::from_vector({2, -2, -2}, {3}, d), d);
-  rec.tensor("i32 min/-1", Tensor<int32_t>::from_vector({std::numeric_limits<int32_t>::min()}, {1}, d) /
-                               Tensor<int32_t>::from_vector({-1}, {1}, d), d);
+  rec.tensor("i32 -7/2",
+             Tensor<int32_t>::from_vector({-7, 7, -7}, {3}, d) / Tensor<int32_t>::from_vector({2, -2, -2}, {3}, d), d);
+  rec.tensor("i32 min/-1",
+             Tensor<int32_t>::from_vector({std::numeric_limits<int32_t>::min()}, {1}, d) /
+                 Tensor<int32_t>::from_vector({-1}, {1}, d),
+             d);
   rec.tensor("u8 wrap", Tensor<uint8_t>::from_vector({250, 3}, {2}, d) + uint8_t(10), d);
   // Integer division by zero is an InvalidArgumentError on every device.
   bool threw = false;
@@ -204,8 +207,8 @@ inline Record collectives(const std::vector<std::string>& specs, std::shared_ptr
         ctx->all_reduce(ReduceOp::SUM, Tensor<int64_t>::from_vector({int64_t(r) << 40}, {1}, d)),
         ctx->all_reduce(ReduceOp::SUM, Tensor<uint8_t>::from_vector({uint8_t(r), 1}, {2}, d)),
         ctx->all_reduce(ReduceOp::SUM, Tensor<float>::zeros({0, 4}, d)), ctx->all_reduce(ReduceOp::SUM, big),
-        ctx->all_reduce(ReduceOp::SUM, nest), ctx->all_reduce(ReduceOp::SUM, r), ctx->all_reduce(ReduceOp::MEAN, float(2 * r)),
-        ctx->all_gather(Tensor<int32_t>::full({r + 1, 2}, r, d), 0),
+        ctx->all_reduce(ReduceOp::SUM, nest), ctx->all_reduce(ReduceOp::SUM, r),
+        ctx->all_reduce(ReduceOp::MEAN, float(2 * r)), ctx->all_gather(Tensor<int32_t>::full({r + 1, 2}, r, d), 0),
         ctx->all_gather(Tensor<float>::from_vector({0, 1, 2, 3, 4, 5}, {1, 2, 3}, d) + float(10 * r), 1),
         ctx->all_gather(Tensor<double>::full({2, r % 2, 2}, double(r), d), 1), seq,
         // The input is untouched.
@@ -249,12 +252,15 @@ inline Record ordered_sums(const std::vector<std::string>& specs, std::shared_pt
   auto inputs = s.experimental_distribute_values_from_function([&](const ValueContext& c) {
     std::vector<float> x(40099);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * float(i + 1) / float(c.replica_id_in_sync_group + 3);
-    return Tensor<float>::from_vector(x, {int64_t(x.size())}, devs[static_cast<std::size_t>(c.replica_id_in_sync_group)]);
+    return Tensor<float>::from_vector(x, {int64_t(x.size())},
+                                      devs[static_cast<std::size_t>(c.replica_id_in_sync_group)]);
   });
-  auto out = s.run([](const Tensor<float>& x) {
-    auto* ctx = get_replica_context();
-    return std::make_pair(ctx->all_reduce(ReduceOp::SUM, x), ctx->all_reduce(ReduceOp::MEAN, x));
-  }, inputs);
+  auto out = s.run(
+      [](const Tensor<float>& x) {
+        auto* ctx = get_replica_context();
+        return std::make_pair(ctx->all_reduce(ReduceOp::SUM, x), ctx->all_reduce(ReduceOp::MEAN, x));
+      },
+      inputs);
   Recorder rec;
   for (int r = 0; r < s.num_replicas_in_sync(); ++r) {
     rec.tensor("sum " + std::to_string(r), out[r].first, devs[static_cast<std::size_t>(r)]);
@@ -294,23 +300,29 @@ inline Record reduce_and_gather(const std::vector<std::string>& specs, std::shar
   rec.tensor("gather axis 0", s.gather(uneven, 0), cpu0);
   rec.tensor("gather axis 1", s.gather(equal, 1), cpu0);
   // Values returned by run: numbers and nests.
-  auto from_run = s.run([&](const Tensor<float>& x) {
-    const int r = get_replica_context()->replica_id_in_sync_group();
-    return std::make_tuple(float(r) * 0.5f, std::vector<Tensor<float>>{x * 2.0f, x});
-  }, equal);
+  auto from_run = s.run(
+      [&](const Tensor<float>& x) {
+        const int r = get_replica_context()->replica_id_in_sync_group();
+        return std::make_tuple(float(r) * 0.5f, std::vector<Tensor<float>>{x * 2.0f, x});
+      },
+      equal);
   const auto [num, vec] = s.reduce(ReduceOp::SUM, from_run, std::nullopt);
   rec.number("numbers", num);
   for (const auto& t : vec) rec.tensor("nest", t, cpu0);
-  for (std::size_t r = 0; r < equal.size(); ++r) rec.tensor("local result", s.experimental_local_results(equal)[r], devs[r]);
+  for (std::size_t r = 0; r < equal.size(); ++r)
+    rec.tensor("local result", s.experimental_local_results(equal)[r], devs[r]);
   // merge_call: a reduction inside merge_fn reaches every replica; a PerReplica result gives each
   // replica its own component.
-  auto merged = s.run([&](const Tensor<float>& x) {
-    auto* ctx = get_replica_context();
-    Tensor<float> total = ctx->merge_call(
-        [](Strategy& st, const PerReplica<Tensor<float>>& v) { return st.reduce(ReduceOp::SUM, v, std::nullopt); }, x);
-    Tensor<float> own = ctx->merge_call([](Strategy&, const PerReplica<Tensor<float>>& v) { return v; }, x * 3.0f);
-    return std::make_pair(total, own);
-  }, equal);
+  auto merged = s.run(
+      [&](const Tensor<float>& x) {
+        auto* ctx = get_replica_context();
+        Tensor<float> total = ctx->merge_call(
+            [](Strategy& st, const PerReplica<Tensor<float>>& v) { return st.reduce(ReduceOp::SUM, v, std::nullopt); },
+            x);
+        Tensor<float> own = ctx->merge_call([](Strategy&, const PerReplica<Tensor<float>>& v) { return v; }, x * 3.0f);
+        return std::make_pair(total, own);
+      },
+      equal);
   for (std::size_t r = 0; r < equal.size(); ++r) {
     rec.tensor("merge total " + std::to_string(r), merged[r].first, cpu0);
     rec.tensor("merge own " + std::to_string(r), merged[r].second, devs[r]);
@@ -326,7 +338,8 @@ inline Record reduce_and_gather(const std::vector<std::string>& specs, std::shar
   CommunicationOptions packed;
   packed.bytes_per_pack = 16;
   auto batch = s.extended().batch_reduce_to<float>(ReduceOp::MEAN, {{equal, *dest}, {equal, *dest}}, packed);
-  for (std::size_t r = 0; r < equal.size(); ++r) rec.tensor("batch_reduce_to " + std::to_string(r), batch[1][r], devs[r]);
+  for (std::size_t r = 0; r < equal.size(); ++r)
+    rec.tensor("batch_reduce_to " + std::to_string(r), batch[1][r], devs[r]);
   return rec.take();
 }
 
@@ -374,21 +387,27 @@ inline Record variables(const std::vector<std::string>& specs, std::shared_ptr<C
   Recorder rec;
   for (auto* v : {&*none, &*sum, &*mean, &*first, &*on_read, &*trained}) {
     const auto copies = v->components();
-    for (int r = 0; r < n; ++r) rec.tensor(v->name() + " copy " + std::to_string(r), copies[static_cast<std::size_t>(r)], devs[static_cast<std::size_t>(r)]);
+    for (int r = 0; r < n; ++r)
+      rec.tensor(v->name() + " copy " + std::to_string(r), copies[static_cast<std::size_t>(r)],
+                 devs[static_cast<std::size_t>(r)]);
   }
   rec.tensor("on_read value", on_read->value());
   rec.tensor("sum read_value", sum->read_value());
   // Cross-replica writes: a PerReplica per copy, a value to every copy, update per copy.
   auto per = s.experimental_distribute_values_from_function([&](const ValueContext& c) {
-    return Tensor<float>::full({3}, float(c.replica_id_in_sync_group) + 0.5f, devs[static_cast<std::size_t>(c.replica_id_in_sync_group)]);
+    return Tensor<float>::full({3}, float(c.replica_id_in_sync_group) + 0.5f,
+                               devs[static_cast<std::size_t>(c.replica_id_in_sync_group)]);
   });
   none->assign(per);
   sum->assign_add(Tensor<float>::full({3}, 1));
-  s.extended().update(*mean, [](Variable<float>& c, const Tensor<float>& x) { c.assign_add(x); }, per);
+  s.extended().update(
+      *mean, [](Variable<float>& c, const Tensor<float>& x) { c.assign_add(x); }, per);
   on_read->assign(Tensor<float>::full({3}, float(4 * n)));
   for (auto* v : {&*none, &*sum, &*mean, &*on_read}) {
     const auto copies = v->components();
-    for (int r = 0; r < n; ++r) rec.tensor(v->name() + " after " + std::to_string(r), copies[static_cast<std::size_t>(r)], devs[static_cast<std::size_t>(r)]);
+    for (int r = 0; r < n; ++r)
+      rec.tensor(v->name() + " after " + std::to_string(r), copies[static_cast<std::size_t>(r)],
+                 devs[static_cast<std::size_t>(r)]);
   }
   rec.number("iterations", sgd->iterations());
   return rec.take();

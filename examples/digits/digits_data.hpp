@@ -90,8 +90,7 @@ inline Dataset parse_digits_csv(std::string_view text, const std::string& source
     if (field != kFeatures + 1)
       fail("expected ", kFeatures + 1, " comma-separated fields (64 pixels and a label), found ", field);
     for (int64_t i = 0; i < kFeatures; ++i) {
-      if (values[i] < 0 || values[i] > kMaxPixel)
-        fail("pixel ", i + 1, " is ", values[i], ", outside 0..", kMaxPixel);
+      if (values[i] < 0 || values[i] > kMaxPixel) fail("pixel ", i + 1, " is ", values[i], ", outside 0..", kMaxPixel);
       features.push_back(static_cast<float>(values[i]) / static_cast<float>(kMaxPixel));
     }
     const int label = values[kFeatures];
@@ -113,8 +112,8 @@ inline std::string read_gzip_file(const std::string& path) {
   if (!raw) {
     const int err = errno;
     if (err == ENOENT) throw mirrored::NotFoundError(mirrored::detail::str_cat(path, ": no such file"));
-    throw mirrored::InvalidArgumentError(mirrored::detail::str_cat(
-        path, ": cannot open: ", err ? std::strerror(err) : "out of memory"));
+    throw mirrored::InvalidArgumentError(
+        mirrored::detail::str_cat(path, ": cannot open: ", err ? std::strerror(err) : "out of memory"));
   }
   std::unique_ptr<gzFile_s, int (*)(gzFile)> file(raw, gzclose);
   std::string out;
@@ -164,8 +163,8 @@ inline std::vector<int64_t> permutation(int64_t n, uint64_t seed) {
 /// The examples at `rows` (in that order).
 /// \throws mirrored::OutOfRangeError for a row outside the data set.
 inline Dataset take_rows(const Dataset& data, const std::vector<int64_t>& rows) {
-  MIRRORED_ENFORCE(data.features.device().is_host() && data.labels.device().is_host(),
-                   mirrored::InvalidArgumentError, "digits::take_rows: the data set must be in host memory");
+  MIRRORED_ENFORCE(data.features.device().is_host() && data.labels.device().is_host(), mirrored::InvalidArgumentError,
+                   "digits::take_rows: the data set must be in host memory");
   const float* x = data.features.data();
   const int32_t* y = data.labels.data();
   std::vector<float> fx;

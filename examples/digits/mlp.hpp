@@ -224,8 +224,8 @@ MlpStepT<T> mlp_loss_and_grads(const MlpParamsT<T>& params, const mirrored::Tens
   int64_t correct = 0;
   for (Eigen::Index i = 0; i < batch; ++i) {
     const int32_t label = labels[static_cast<std::size_t>(i)];
-    MIRRORED_ENFORCE(label >= 0 && label < kMlpOutputs, mirrored::InvalidArgumentError, "digits MLP: label ",
-                     label, " of example ", i, " is outside 0..", kMlpOutputs - 1);
+    MIRRORED_ENFORCE(label >= 0 && label < kMlpOutputs, mirrored::InvalidArgumentError, "digits MLP: label ", label,
+                     " of example ", i, " is outside 0..", kMlpOutputs - 1);
     Eigen::Index arg = 0;
     const T max = f.logits.row(i).maxCoeff(&arg);
     correct += arg == label;

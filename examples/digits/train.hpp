@@ -37,9 +37,9 @@ struct TrainConfig {
 struct EpochReport {
   int epoch = 0;
   int64_t step = 0, steps = 0;
-  double mean_loss = 0;   // mean per-example loss of the epoch so far
+  double mean_loss = 0;  // mean per-example loss of the epoch so far
   double examples_per_s = 0;
-  bool done = false;      // last step of the epoch
+  bool done = false;  // last step of the epoch
 };
 
 struct TrainResult {
@@ -64,9 +64,11 @@ inline TrainResult train(mirrored::Strategy& strategy, const Split& data, const 
     for (std::size_t i = 0; i < tensors.size(); ++i)
       result.variables.emplace_back(tensors[i], VariableOptions{.name = names[i]});
     if (cfg.optimizer == "adam") {
-      opt = std::make_unique<optimizers::Adam<float>>(optimizers::AdamOptions{.learning_rate = cfg.learning_rate > 0 ? cfg.learning_rate : 0.01});
+      opt = std::make_unique<optimizers::Adam<float>>(
+          optimizers::AdamOptions{.learning_rate = cfg.learning_rate > 0 ? cfg.learning_rate : 0.01});
     } else if (cfg.optimizer == "sgd") {
-      opt = std::make_unique<optimizers::SGD<float>>(optimizers::SGDOptions{.learning_rate = cfg.learning_rate > 0 ? cfg.learning_rate : 0.5});
+      opt = std::make_unique<optimizers::SGD<float>>(
+          optimizers::SGDOptions{.learning_rate = cfg.learning_rate > 0 ? cfg.learning_rate : 0.5});
     } else {
       throw InvalidArgumentError("--optimizer must be sgd or adam, got '" + cfg.optimizer + "'");
     }

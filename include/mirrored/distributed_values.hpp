@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "mirrored/repr.hpp"
 #include "mirrored/errors.hpp"
+#include "mirrored/repr.hpp"
 
 namespace mirrored {
 
@@ -70,8 +70,8 @@ class Mirrored {
   std::size_t size() const noexcept { return values_.size(); }
   /// Copy held by replica `r`. \throws OutOfRangeError when `r >= size()`.
   typename std::vector<T>::const_reference operator[](std::size_t r) const {
-    MIRRORED_ENFORCE(r < values_.size(), OutOfRangeError, "Mirrored: replica ", r, " out of range for ",
-                     values_.size(), " replicas");
+    MIRRORED_ENFORCE(r < values_.size(), OutOfRangeError, "Mirrored: replica ", r, " out of range for ", values_.size(),
+                     " replicas");
     return values_[r];
   }
   const std::vector<T>& values() const noexcept { return values_; }

@@ -21,18 +21,23 @@ constexpr bool dtype_is_floating(DType d) noexcept { return d == DType::float32 
 /// True for the element types `Tensor<T>` supports.
 template <class T>
 inline constexpr bool is_tensor_element_v =
-    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> ||
-    std::is_same_v<T, int64_t> || std::is_same_v<T, uint8_t>;
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t> ||
+    std::is_same_v<T, uint8_t>;
 
 /// The `DType` tag of element type `T`.
 template <class T>
 constexpr DType dtype_of() noexcept {
   static_assert(is_tensor_element_v<T>, "Tensor<T> supports float, double, int32_t, int64_t, uint8_t");
-  if constexpr (std::is_same_v<T, float>) return DType::float32;
-  else if constexpr (std::is_same_v<T, double>) return DType::float64;
-  else if constexpr (std::is_same_v<T, int32_t>) return DType::int32;
-  else if constexpr (std::is_same_v<T, int64_t>) return DType::int64;
-  else return DType::uint8;
+  if constexpr (std::is_same_v<T, float>)
+    return DType::float32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DType::float64;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return DType::int32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DType::int64;
+  else
+    return DType::uint8;
 }
 
 /// Calls `f(T{})` with the element type matching `dtype` (a typed dispatch for kernels).

@@ -40,16 +40,16 @@ Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>> as_vector(const Tensor<T>&
 template <class T>
 Eigen::Map<RowMatrix<T>> as_matrix(Tensor<T>& t) {
   detail::require_host(t, "as_matrix");
-  MIRRORED_ENFORCE(t.rank() == 2, InvalidArgumentError, "as_matrix: tensor of shape ",
-                   detail::format_shape(t.shape()), " is not rank 2");
+  MIRRORED_ENFORCE(t.rank() == 2, InvalidArgumentError, "as_matrix: tensor of shape ", detail::format_shape(t.shape()),
+                   " is not rank 2");
   return {t.data(), t.shape()[0], t.shape()[1]};
 }
 /// Read-only row-major matrix view.
 template <class T>
 Eigen::Map<const RowMatrix<T>> as_matrix(const Tensor<T>& t) {
   detail::require_host(t, "as_matrix");
-  MIRRORED_ENFORCE(t.rank() == 2, InvalidArgumentError, "as_matrix: tensor of shape ",
-                   detail::format_shape(t.shape()), " is not rank 2");
+  MIRRORED_ENFORCE(t.rank() == 2, InvalidArgumentError, "as_matrix: tensor of shape ", detail::format_shape(t.shape()),
+                   " is not rank 2");
   return {t.data(), t.shape()[0], t.shape()[1]};
 }
 

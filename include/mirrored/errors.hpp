@@ -37,10 +37,10 @@ class Error : public std::runtime_error {
   ErrorCode code_;
 };
 
-#define MIRRORED_DEFINE_ERROR(Name, Code)                                           \
-  /** Error with status code Code. */                                               \
-  class Name : public Error {                                                       \
-   public:                                                                          \
+#define MIRRORED_DEFINE_ERROR(Name, Code)                                          \
+  /** Error with status code Code. */                                              \
+  class Name : public Error {                                                      \
+   public:                                                                         \
     explicit Name(const std::string& message) : Error(ErrorCode::Code, message) {} \
   };
 
@@ -79,20 +79,20 @@ std::string str_cat(const Parts&... parts) {
 }  // namespace mirrored
 
 /// Throws `ErrorType` with a message built from the streamable parts when `cond` is false.
-#define MIRRORED_ENFORCE(cond, ErrorType, ...) \
-  do {                                         \
-    if (!(cond)) {                             \
+#define MIRRORED_ENFORCE(cond, ErrorType, ...)                   \
+  do {                                                           \
+    if (!(cond)) {                                               \
       throw ErrorType(::mirrored::detail::str_cat(__VA_ARGS__)); \
-    }                                          \
+    }                                                            \
   } while (0)
 
 /// Throws `ErrorType` when `a == b` does not hold; the message shows both values.
-#define MIRRORED_ENFORCE_EQ(a, b, ErrorType, ...)                                            \
-  do {                                                                                       \
-    const auto& mirrored_lhs_ = (a);                                                         \
-    const auto& mirrored_rhs_ = (b);                                                         \
-    if (!(mirrored_lhs_ == mirrored_rhs_)) {                                                 \
-      throw ErrorType(::mirrored::detail::str_cat(__VA_ARGS__, " (", #a, " = ", mirrored_lhs_, \
-                                                  " vs ", #b, " = ", mirrored_rhs_, ")"));   \
-    }                                                                                        \
+#define MIRRORED_ENFORCE_EQ(a, b, ErrorType, ...)                                                                 \
+  do {                                                                                                            \
+    const auto& mirrored_lhs_ = (a);                                                                              \
+    const auto& mirrored_rhs_ = (b);                                                                              \
+    if (!(mirrored_lhs_ == mirrored_rhs_)) {                                                                      \
+      throw ErrorType(::mirrored::detail::str_cat(__VA_ARGS__, " (", #a, " = ", mirrored_lhs_, " vs ", #b, " = ", \
+                                                  mirrored_rhs_, ")"));                                           \
+    }                                                                                                             \
   } while (0)

@@ -17,7 +17,8 @@ namespace mirrored::nn {
 /// (dimension 0) times `num_replicas_in_sync` of the current replica context.
 /// \throws InvalidArgumentError for a rank-0 loss or a non-positive batch size.
 template <class T>
-Tensor<T> compute_average_loss(const Tensor<T>& per_example_loss, std::optional<int64_t> global_batch_size = std::nullopt) {
+Tensor<T> compute_average_loss(const Tensor<T>& per_example_loss,
+                               std::optional<int64_t> global_batch_size = std::nullopt) {
   static_assert(std::is_floating_point_v<T>, "compute_average_loss needs a floating-point loss");
   MIRRORED_ENFORCE(per_example_loss.rank() >= 1, InvalidArgumentError,
                    "compute_average_loss: Invalid value passed for `per_example_loss`. Expected a tensor with at "

@@ -90,7 +90,8 @@ class SGD : public Optimizer<T> {
  public:
   /// \throws InvalidArgumentError for a negative learning rate or a momentum outside [0, 1].
   explicit SGD(SGDOptions o = {}) : o_(o) {
-    MIRRORED_ENFORCE(o.learning_rate >= 0, InvalidArgumentError, "SGD: learning_rate must be >= 0, got ", o.learning_rate);
+    MIRRORED_ENFORCE(o.learning_rate >= 0, InvalidArgumentError, "SGD: learning_rate must be >= 0, got ",
+                     o.learning_rate);
     MIRRORED_ENFORCE(o.momentum >= 0 && o.momentum <= 1, InvalidArgumentError, "SGD: momentum must be in [0, 1], got ",
                      o.momentum);
   }
@@ -143,7 +144,8 @@ class Adam : public Optimizer<T> {
   std::vector<std::string> slot_names() const override { return {"m", "v"}; }
   void update(T* w, const T* g, std::vector<T*>& slots, int64_t n, int64_t step) override {
     const double t = static_cast<double>(step);
-    const T lr = static_cast<T>(o_.learning_rate * std::sqrt(1 - std::pow(o_.beta_2, t)) / (1 - std::pow(o_.beta_1, t)));
+    const T lr =
+        static_cast<T>(o_.learning_rate * std::sqrt(1 - std::pow(o_.beta_2, t)) / (1 - std::pow(o_.beta_1, t)));
     const T b1 = static_cast<T>(1 - o_.beta_1), b2 = static_cast<T>(1 - o_.beta_2), eps = static_cast<T>(o_.epsilon);
     T* m = slots[0];
     T* v = slots[1];

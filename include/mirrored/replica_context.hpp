@@ -87,9 +87,9 @@ V ReplicaContext::all_reduce(ReduceOp op, const V& value, const CommunicationOpt
   static_assert(detail::is_nest<V>(), "all_reduce: values must be tensors, numbers or nests of them");
   check_active("all_reduce");
   if (op == ReduceOp::MEAN && detail::nest_has_integer_leaf<V>()) {
-    throw InvalidArgumentError(detail::str_cat(
-        "all_reduce on replica ", replica_id_,
-        ": MEAN of integer values has no exact integer result; reduce floating-point values instead"));
+    throw InvalidArgumentError(
+        detail::str_cat("all_reduce on replica ", replica_id_,
+                        ": MEAN of integer values has no exact integer result; reduce floating-point values instead"));
   }
   std::vector<detail::UntypedTensor> in;
   std::string structure;
@@ -138,9 +138,11 @@ auto ReplicaContext::merge_call(Fn&& merge_fn, const Args&... args) {
         std::invoke(*self->fn, *self->strategy, per_replica(std::integral_constant<std::size_t, K>{})...);
         self->result.emplace('\0');
       } else {
-        self->result.emplace(std::invoke(*self->fn, *self->strategy, per_replica(std::integral_constant<std::size_t, K>{})...));
+        self->result.emplace(
+            std::invoke(*self->fn, *self->strategy, per_replica(std::integral_constant<std::size_t, K>{})...));
       }
-    }(std::index_sequence_for<Args...>{});
+    }
+    (std::index_sequence_for<Args...>{});
   };
   using Out = std::conditional_t<std::is_void_v<R>, char, typename detail::merge_result<R>::type>;
   std::optional<Out> out;
@@ -155,8 +157,10 @@ auto ReplicaContext::merge_call(Fn&& merge_fn, const Args&... args) {
       t->out->emplace('\0');
     } else {
       const R& result = *static_cast<const Posted*>(first)->shared->result;
-      if constexpr (is_distributed_v<R>) t->out->emplace(result[static_cast<std::size_t>(t->replica)]);
-      else t->out->emplace(result);
+      if constexpr (is_distributed_v<R>)
+        t->out->emplace(result[static_cast<std::size_t>(t->replica)]);
+      else
+        t->out->emplace(result);
     }
   };
   merge_flat(&posted, run_merge, &shared, take_fn, &take);

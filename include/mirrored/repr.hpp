@@ -16,7 +16,9 @@
 namespace mirrored::detail {
 
 template <class X>
-concept Streamable = requires(std::ostream& os, const X& x) { os << x; };
+concept Streamable = requires(std::ostream& os, const X& x) {
+  os << x;
+};
 
 /// Joins element reprs Python-style: on one line when short, else one element per line.
 std::string join_repr(const std::vector<std::string>& parts, const char* open, const char* close);
@@ -33,11 +35,20 @@ std::string repr(const X& x) {
     return detail::format_element(x);
   } else if constexpr (std::is_convertible_v<const X&, std::string_view>) {
     return "'" + std::string(std::string_view(x)) + "'";
-  } else if constexpr (requires { x.begin(); x.end(); typename X::key_type; typename X::mapped_type; }) {
+  } else if constexpr (requires {
+                         x.begin();
+                         x.end();
+                         typename X::key_type;
+                         typename X::mapped_type;
+                       }) {
     std::vector<std::string> parts;
     for (const auto& [k, v] : x) parts.push_back(repr(k) + ": " + repr(v));
     return detail::join_repr(parts, "{", "}");
-  } else if constexpr (requires { x.begin(); x.end(); typename X::value_type; }) {
+  } else if constexpr (requires {
+                         x.begin();
+                         x.end();
+                         typename X::value_type;
+                       }) {
     std::vector<std::string> parts;
     for (const auto& v : x) parts.push_back(repr(v));
     return detail::join_repr(parts, "[", "]");

@@ -16,12 +16,12 @@
 #include "mirrored/communication_options.hpp"
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/detail/nest.hpp"
-#include "mirrored/repr.hpp"
 #include "mirrored/device.hpp"
 #include "mirrored/distributed_values.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/input_options.hpp"
 #include "mirrored/reduce_op.hpp"
+#include "mirrored/repr.hpp"
 #include "mirrored/tensor.hpp"
 
 namespace mirrored {
@@ -51,19 +51,27 @@ ThreadState& thread_state() noexcept;
 /// The component of a `run` argument for replica `r` (distributed values are unwrapped).
 template <class A>
 decltype(auto) replica_arg(A& arg, int r) {
-  if constexpr (is_distributed_v<std::remove_cv_t<A>>) return arg[static_cast<std::size_t>(r)];
-  else return (arg);
+  if constexpr (is_distributed_v<std::remove_cv_t<A>>)
+    return arg[static_cast<std::size_t>(r)];
+  else
+    return (arg);
 }
 template <class A>
 using replica_arg_t = decltype(replica_arg(std::declval<A&>(), 0));
 
 /// What `merge_call` gives each replica back: its own component of a `PerReplica`, else the value.
 template <class R>
-struct merge_result { using type = R; };
+struct merge_result {
+  using type = R;
+};
 template <class X>
-struct merge_result<PerReplica<X>> { using type = X; };
+struct merge_result<PerReplica<X>> {
+  using type = X;
+};
 template <class X>
-struct merge_result<Mirrored<X>> { using type = X; };
+struct merge_result<Mirrored<X>> {
+  using type = X;
+};
 }  // namespace detail
 
 /// Arguments of `experimental_distribute_values_from_function`'s function (read-only, like TF's).
@@ -256,8 +264,7 @@ class Strategy {
   auto reduce_values(ReduceOp op, const std::vector<X>& values, std::optional<int> axis);
 
   std::vector<detail::UntypedTensor> reduce_flat(ReduceOp op, std::vector<std::vector<detail::UntypedTensor>>& leaves,
-                                                 const std::vector<std::string>& structures,
-                                                 std::optional<int> axis);
+                                                 const std::vector<std::string>& structures, std::optional<int> axis);
   detail::UntypedTensor gather_flat(const std::vector<detail::UntypedTensor>& parts, int axis) const;
 
   std::vector<Device> devices_;
@@ -286,8 +293,7 @@ template <class V>
 void Strategy::check_components(const char* op, const V& value) const {
   if constexpr (is_distributed_v<V>) {
     MIRRORED_ENFORCE(value.size() == devices_.size(), InvalidArgumentError, op, ": a distributed value with ",
-                     value.size(), " components cannot be used with ", name(), " of ", devices_.size(),
-                     " replicas");
+                     value.size(), " components cannot be used with ", name(), " of ", devices_.size(), " replicas");
   }
 }
 
@@ -307,7 +313,9 @@ auto Strategy::run(Fn&& fn, Args&&... args) {
   } else {
     using Out = std::decay_t<R>;
     std::vector<std::optional<Out>> slots(devices_.size());
-    auto body = [&](int r) { slots[static_cast<std::size_t>(r)].emplace(std::invoke(fn, detail::replica_arg(args, r)...)); };
+    auto body = [&](int r) {
+      slots[static_cast<std::size_t>(r)].emplace(std::invoke(fn, detail::replica_arg(args, r)...));
+    };
     execute([](void* c, int r) { (*static_cast<decltype(body)*>(c))(r); }, &body);
     std::vector<Out> values;
     values.reserve(slots.size());
@@ -377,8 +385,10 @@ Tensor<T> Strategy::gather(const Tensor<T>& value, int /*axis*/) {
 
 template <class V>
 auto Strategy::experimental_local_results(const V& value) {
-  if constexpr (is_distributed_v<V>) return value.values();
-  else return std::vector<V>{value};
+  if constexpr (is_distributed_v<V>)
+    return value.values();
+  else
+    return std::vector<V>{value};
 }
 
 template <class Fn>

@@ -73,8 +73,8 @@ class Tensor {
   static Tensor from_vector(std::vector<T> values, Shape shape, const Device& d = cpu0) {
     const int64_t n = detail::shape_numel(shape);
     MIRRORED_ENFORCE(static_cast<int64_t>(values.size()) == n, InvalidArgumentError,
-                     "Tensor::from_vector: ", values.size(), " values cannot fill shape ",
-                     detail::format_shape(shape), " (", n, " elements)");
+                     "Tensor::from_vector: ", values.size(), " values cannot fill shape ", detail::format_shape(shape),
+                     " (", n, " elements)");
     Tensor t(std::move(shape), d);
     if (n) t.storage_->backend().copy_from_host(t.data(), values.data(), n * sizeof(T));
     return t;
@@ -108,8 +108,8 @@ class Tensor {
   }
   /// The single element. \throws InvalidArgumentError unless `numel() == 1`.
   T item() const {
-    MIRRORED_ENFORCE(numel_ == 1, InvalidArgumentError, "Tensor::item: tensor of shape ",
-                     detail::format_shape(shape_), " has ", numel_, " elements, expected exactly 1");
+    MIRRORED_ENFORCE(numel_ == 1, InvalidArgumentError, "Tensor::item: tensor of shape ", detail::format_shape(shape_),
+                     " has ", numel_, " elements, expected exactly 1");
     return to_vector()[0];
   }
   /// A copy on device `d` (a new storage even when `d` is this tensor's device).
@@ -125,8 +125,8 @@ class Tensor {
   Tensor reshape(Shape shape) const {
     const int64_t n = detail::shape_numel(shape);
     MIRRORED_ENFORCE(n == numel_, InvalidArgumentError, "Tensor::reshape: cannot reshape a tensor of shape ",
-                     detail::format_shape(shape_), " (", numel_, " elements) to shape ",
-                     detail::format_shape(shape), " (", n, " elements)");
+                     detail::format_shape(shape_), " (", numel_, " elements) to shape ", detail::format_shape(shape),
+                     " (", n, " elements)");
     Tensor t = *this;
     t.shape_ = std::move(shape);
     return t;
@@ -146,21 +146,37 @@ class Tensor {
 
   /// Element-wise arithmetic with a number (converted to `T`).
   template <class U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
-  friend Tensor operator+(const Tensor& a, U s) { return a + scalar(static_cast<T>(s), a.device()); }
+  friend Tensor operator+(const Tensor& a, U s) {
+    return a + scalar(static_cast<T>(s), a.device());
+  }
   template <class U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
-  friend Tensor operator-(const Tensor& a, U s) { return a - scalar(static_cast<T>(s), a.device()); }
+  friend Tensor operator-(const Tensor& a, U s) {
+    return a - scalar(static_cast<T>(s), a.device());
+  }
   template <class U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
-  friend Tensor operator*(const Tensor& a, U s) { return a * scalar(static_cast<T>(s), a.device()); }
+  friend Tensor operator*(const Tensor& a, U s) {
+    return a * scalar(static_cast<T>(s), a.device());
+  }
   template <class U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
-  friend Tensor operator/(const Tensor& a, U s) { return a / scalar(static_cast<T>(s), a.device()); }
+  friend Tensor operator/(const Tensor& a, U s) {
+    return a / scalar(static_cast<T>(s), a.device());
+  }
   template <class U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
-  friend Tensor operator+(U s, const Tensor& a) { return scalar(static_cast<T>(s), a.device()) + a; }
+  friend Tensor operator+(U s, const Tensor& a) {
+    return scalar(static_cast<T>(s), a.device()) + a;
+  }
   template <class U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
-  friend Tensor operator-(U s, const Tensor& a) { return scalar(static_cast<T>(s), a.device()) - a; }
+  friend Tensor operator-(U s, const Tensor& a) {
+    return scalar(static_cast<T>(s), a.device()) - a;
+  }
   template <class U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
-  friend Tensor operator*(U s, const Tensor& a) { return scalar(static_cast<T>(s), a.device()) * a; }
+  friend Tensor operator*(U s, const Tensor& a) {
+    return scalar(static_cast<T>(s), a.device()) * a;
+  }
   template <class U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
-  friend Tensor operator/(U s, const Tensor& a) { return scalar(static_cast<T>(s), a.device()) / a; }
+  friend Tensor operator/(U s, const Tensor& a) {
+    return scalar(static_cast<T>(s), a.device()) / a;
+  }
 
   /// `<Tensor: shape=(2,), dtype=float32, value=[1.0, 2.0]>`
   friend std::ostream& operator<<(std::ostream& os, const Tensor& t) {

@@ -116,7 +116,8 @@ class Variable {
   /// \throws InvalidArgumentError for NONE synchronization inside a strategy, or MEAN
   /// aggregation of an integer dtype.
   explicit Variable(Tensor<T> initial_value, VariableOptions o = {});
-  explicit Variable(T initial_value, VariableOptions o = {}) : Variable(Tensor<T>::scalar(initial_value), std::move(o)) {}
+  explicit Variable(T initial_value, VariableOptions o = {})
+      : Variable(Tensor<T>::scalar(initial_value), std::move(o)) {}
 
   /// The current value (see class comment for which copy). Shares storage with the variable's
   /// copy at the time of the call; later writes do not change it.
@@ -231,7 +232,8 @@ Variable<T>::Variable(Tensor<T> initial_value, VariableOptions o) {
   const auto& ts = detail::thread_state();
   ReplicaContext* replica = get_replica_context();
   const bool in_replica_of_strategy = ts.replica != nullptr && has_strategy();
-  Strategy* owner = (in_replica_of_strategy || (in_cross_replica_context() && has_strategy())) ? &get_strategy() : nullptr;
+  Strategy* owner =
+      (in_replica_of_strategy || (in_cross_replica_context() && has_strategy())) ? &get_strategy() : nullptr;
   detail::check_variable_options(o, dtype_name(dtype_of<T>()), !std::is_floating_point_v<T>, owner != nullptr);
   auto make_state = [](Strategy* s, const Tensor<T>& init, const VariableOptions& opts) {
     auto st = std::make_shared<detail::VariableState<T>>();
@@ -282,8 +284,7 @@ Tensor<T> Variable<T>::aggregate_read() const {
       throw InvalidArgumentError("Variable '" + state_->name +
                                  "': a sync-on-read variable with aggregation NONE cannot be read in cross-replica "
                                  "context; give it aggregation SUM, MEAN or ONLY_FIRST_REPLICA");
-    case VariableAggregation::ONLY_FIRST_REPLICA:
-      return copies[0];
+    case VariableAggregation::ONLY_FIRST_REPLICA: return copies[0];
     case VariableAggregation::SUM:
     case VariableAggregation::MEAN: {
       // Summed in replica order on the first copy's device, like every reduction here.
@@ -327,14 +328,11 @@ Tensor<T> Variable<T>::replica_write(Op op, const char* name, int replica, const
   if (state_->sync_on_read || state_->aggregation == VariableAggregation::NONE) return apply(op, r, v);
   ReplicaContext* ctx = get_replica_context();
   switch (state_->aggregation) {
-    case VariableAggregation::SUM:
-      return apply(op, r, ctx->all_reduce(ReduceOp::SUM, v));
-    case VariableAggregation::MEAN:
-      return apply(op, r, ctx->all_reduce(ReduceOp::MEAN, v));
+    case VariableAggregation::SUM: return apply(op, r, ctx->all_reduce(ReduceOp::SUM, v));
+    case VariableAggregation::MEAN: return apply(op, r, ctx->all_reduce(ReduceOp::MEAN, v));
     case VariableAggregation::ONLY_FIRST_REPLICA:
       return apply(op, r, ctx->merge_call([](Strategy&, const PerReplica<Tensor<T>>& all) { return all[0]; }, v));
-    case VariableAggregation::NONE:
-      break;
+    case VariableAggregation::NONE: break;
   }
   throw InternalError(std::string("Variable::") + name + ": unhandled aggregation");
 }
@@ -364,15 +362,18 @@ Tensor<T> Variable<T>::write(Op op, const char* name, const V& v) {
     MIRRORED_ENFORCE(!place.replica_context && component_ < 0 && state_->strategy, InvalidArgumentError, "Variable '",
                      state_->name, "'.", name,
                      ": a PerReplica value can only be written to a distributed variable in cross-replica context");
-    MIRRORED_ENFORCE(v.size() == state_->components.size(), InvalidArgumentError, "Variable '", state_->name, "'.", name,
-                     ": PerReplica value has ", v.size(), " components for ", state_->components.size(), " copies");
+    MIRRORED_ENFORCE(v.size() == state_->components.size(), InvalidArgumentError, "Variable '", state_->name, "'.",
+                     name, ": PerReplica value has ", v.size(), " components for ", state_->components.size(),
+                     " copies");
     std::vector<Tensor<T>> per_copy;
     for (const auto& t : v.values()) per_copy.push_back(as_tensor(name, t));
     return cross_replica_write(op, name, per_copy);
   } else {
     Tensor<T> t;
-    if constexpr (std::is_arithmetic_v<V>) t = as_tensor(name, Tensor<T>::scalar(static_cast<T>(v)));
-    else t = as_tensor(name, v);
+    if constexpr (std::is_arithmetic_v<V>)
+      t = as_tensor(name, Tensor<T>::scalar(static_cast<T>(v)));
+    else
+      t = as_tensor(name, v);
     if (component_ >= 0) return apply(op, static_cast<std::size_t>(component_), t);
     if (!state_->strategy) return apply(op, 0, t);
     const auto place = detail::locate_variable(state_->strategy, state_->name, name, true);
@@ -393,7 +394,8 @@ std::string Variable<T>::to_string() const {
   if (!state_->strategy) return describe(0, copies[0]);
   std::string out = state_->sync_on_read ? "SyncOnReadVariable:{\n" : "MirroredVariable:{\n";
   for (std::size_t r = 0; r < copies.size(); ++r)
-    out += "  " + std::to_string(r) + ": " + describe(static_cast<int>(r), copies[r]) + (r + 1 < copies.size() ? ",\n" : "\n");
+    out += "  " + std::to_string(r) + ": " + describe(static_cast<int>(r), copies[r]) +
+           (r + 1 < copies.size() ? ",\n" : "\n");
   return out + "}";
 }
 

@@ -21,7 +21,9 @@ class VariableRef {
       : dtype_(dtype_of<T>()),
         shape_(v.shape()),
         read_([v] { return detail::TensorAccess::erase(v.value()); }),
-        write_([w = Variable<T>(v)](const detail::UntypedTensor& t) mutable { w.assign(detail::TensorAccess::restore<T>(t)); }) {}
+        write_([w = Variable<T>(v)](const detail::UntypedTensor& t) mutable {
+          w.assign(detail::TensorAccess::restore<T>(t));
+        }) {}
 
   DType dtype() const noexcept { return dtype_; }
   const Shape& shape() const noexcept { return shape_; }

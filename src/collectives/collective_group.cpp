@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "util/log.hpp"
 #include "mirrored/errors.hpp"
+#include "util/log.hpp"
 #include "util/spin.hpp"
 
 namespace mirrored::detail {
@@ -54,8 +54,10 @@ void CollectiveGroup::check_same_calls_locked() {
   if (same) return;
   std::string detail;
   for (int r = 0; r < n_; ++r) detail += str_cat(r ? ", " : "", "replica ", r, " called ", describe_call(r));
-  join_error_ = "Some replicas made a different number of collective or merge_call calls, or made them in a "
-                "different order: " + detail;
+  join_error_ =
+      "Some replicas made a different number of collective or merge_call calls, or made them in a "
+      "different order: " +
+      detail;
 }
 
 template <class E>
@@ -102,7 +104,9 @@ void CollectiveGroup::leave_failed(int replica, const std::string& reason) {
   --sleepers_;
 }
 
-void CollectiveGroup::sync(int replica, double timeout_seconds) { arrive_and_wait(replica, Phase::sync, timeout_seconds); }
+void CollectiveGroup::sync(int replica, double timeout_seconds) {
+  arrive_and_wait(replica, Phase::sync, timeout_seconds);
+}
 
 void CollectiveGroup::arrive_and_wait(int replica, Phase phase, double timeout_seconds) {
   std::unique_lock lock(mu_);
@@ -147,19 +151,19 @@ void CollectiveGroup::arrive_and_wait(int replica, Phase phase, double timeout_s
     if (aborted_.load(std::memory_order_relaxed)) throw AbortedError(abort_reason_);
     for (int q = 0; q < n_; ++q) {
       if (arrived_gen_[q] != gen + 1 && finished_[q]) {
-        fail_locked<FailedPreconditionError>(str_cat(
-            "Some replicas made a different number of collective or merge_call calls: replica ", q,
-            " returned from the replica function after ", calls_[q], " collective calls, while replica ", replica,
-            " waits in ", describe_call(replica)));
+        fail_locked<FailedPreconditionError>(
+            str_cat("Some replicas made a different number of collective or merge_call calls: replica ", q,
+                    " returned from the replica function after ", calls_[q], " collective calls, while replica ",
+                    replica, " waits in ", describe_call(replica)));
       }
     }
     const auto now = std::chrono::steady_clock::now();
     const double waited = std::chrono::duration<double>(now - start).count();
     if (now >= deadline) {
-      fail_locked<DeadlineExceededError>(str_cat(
-          describe_call(replica), " on replica ", replica, ": waited ", waited, " s for replicas ", describe_missing(),
-          " that never arrived (collective timeout ", timeout_seconds,
-          " s; set CommunicationOptions::timeout_seconds or MIRRORED_COLLECTIVE_TIMEOUT_S)"));
+      fail_locked<DeadlineExceededError>(
+          str_cat(describe_call(replica), " on replica ", replica, ": waited ", waited, " s for replicas ",
+                  describe_missing(), " that never arrived (collective timeout ", timeout_seconds,
+                  " s; set CommunicationOptions::timeout_seconds or MIRRORED_COLLECTIVE_TIMEOUT_S)"));
     }
     if (!warned && now >= warn_at) {
       warned = true;

@@ -87,10 +87,10 @@ class CollectiveGroup {
   std::atomic<bool> aborted_{false};
   int arrived_ = 0;
   int sleepers_ = 0;
-  int inside_ = 0;                       // replicas between a successful join and leaving
+  int inside_ = 0;  // replicas between a successful join and leaving
   std::string abort_reason_;
-  std::string join_error_;               // set by the last arriver when calls disagree
-  std::vector<uint64_t> arrived_gen_;    // generation + 1 at which each replica last arrived
+  std::string join_error_;             // set by the last arriver when calls disagree
+  std::vector<uint64_t> arrived_gen_;  // generation + 1 at which each replica last arrived
   std::vector<char> finished_;
   std::vector<int64_t> calls_;
   std::vector<CollectiveKind> kinds_;

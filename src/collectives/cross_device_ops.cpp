@@ -27,9 +27,7 @@ std::shared_ptr<CrossDeviceOps> select_cross_device_ops(const std::vector<Device
 
 CrossDeviceOps::~CrossDeviceOps() = default;
 
-void CrossDeviceOps::unsupported(const char* op) const {
-  throw UnimplementedError(name() + " does not support " + op);
-}
+void CrossDeviceOps::unsupported(const char* op) const { throw UnimplementedError(name() + " does not support " + op); }
 
 void CrossDeviceOps::reduce(ReduceOp, const std::vector<detail::UntypedTensor>&, const detail::UntypedTensor&) {
   unsupported("reduce");

@@ -3,9 +3,9 @@
 #include <vector>
 
 #include "collectives/collective_helpers.hpp"
+#include "collectives/ops_selection.hpp"
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/detail/device_backend.hpp"
-#include "collectives/ops_selection.hpp"
 #include "mirrored/errors.hpp"
 
 namespace mirrored {

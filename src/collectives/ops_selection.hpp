@@ -72,9 +72,9 @@ bool nccl_compiled_in() noexcept;
 
 /// One NCCL pack: leaves reduced as one contiguous run of elements of one dtype.
 struct NcclPack {
-  std::vector<std::size_t> leaves;                   ///< leaf indices, in order
-  int64_t numel = 0;                                 ///< total elements of those leaves
-  std::vector<std::pair<int64_t, int64_t>> chunks;   ///< [begin, end) element ranges, one NCCL call each
+  std::vector<std::size_t> leaves;                  ///< leaf indices, in order
+  int64_t numel = 0;                                ///< total elements of those leaves
+  std::vector<std::pair<int64_t, int64_t>> chunks;  ///< [begin, end) element ranges, one NCCL call each
   bool concatenated() const noexcept { return leaves.size() > 1; }
 };
 
@@ -140,11 +140,11 @@ inline void check_hierarchical_replicas(int num_replicas) {
 /// order, the first main adds the second's partial sum (first main's half first), and every
 /// replica copies the total from the main of its own half.
 struct HierarchicalRoles {
-  int first_main = 0;     ///< sums its half, then the total
-  int second_main = 0;    ///< sums its half, then receives the total
-  int first_begin = 0;    ///< first replica of the first main's half
-  int second_begin = 0;   ///< first replica of the second main's half
-  int group_size = 0;     ///< n / 2
+  int first_main = 0;    ///< sums its half, then the total
+  int second_main = 0;   ///< sums its half, then receives the total
+  int first_begin = 0;   ///< first replica of the first main's half
+  int second_begin = 0;  ///< first replica of the second main's half
+  int group_size = 0;    ///< n / 2
   /// The main replica `r` takes the total from (itself for the mains).
   int main_of(int r) const noexcept {
     const bool in_first = (r >= first_begin && r < first_begin + group_size);

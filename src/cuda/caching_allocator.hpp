@@ -35,8 +35,8 @@ struct CachingAllocatorStats {
   uint64_t device_allocations = 0;  ///< calls to the policy's allocate that succeeded
   uint64_t device_frees = 0;        ///< calls to the policy's free
   uint64_t out_of_memory_retries = 0;
-  std::size_t bytes_in_use = 0;     ///< size-class bytes handed out and not yet returned
-  std::size_t bytes_cached = 0;     ///< size-class bytes kept for reuse
+  std::size_t bytes_in_use = 0;  ///< size-class bytes handed out and not yet returned
+  std::size_t bytes_cached = 0;  ///< size-class bytes kept for reuse
   std::size_t peak_bytes_in_use = 0;
 };
 
@@ -93,8 +93,8 @@ class CachingAllocator {
     }
     std::lock_guard lock(mu_);
     if (!p) {
-      throw UnavailableError(str_cat("out of memory on ", policy_.describe(), ": cannot allocate ", bytes,
-                                     " bytes (", stats_.bytes_in_use,
+      throw UnavailableError(str_cat("out of memory on ", policy_.describe(), ": cannot allocate ", bytes, " bytes (",
+                                     stats_.bytes_in_use,
                                      " bytes are in use by tensors; cached blocks were released and the "
                                      "allocation retried)"));
     }

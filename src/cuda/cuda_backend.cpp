@@ -9,11 +9,11 @@
 #include <new>
 #include <vector>
 
-#include "gpu/logical_gpus.hpp"
 #include "cuda/kernels.hpp"
-#include "util/log.hpp"
+#include "gpu/logical_gpus.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/replica_context.hpp"
+#include "util/log.hpp"
 
 namespace mirrored::detail {
 
@@ -22,7 +22,8 @@ namespace mirrored::detail {
 
 std::string describe_gpu_call_site(const Device& logical, int physical) {
   std::string where = logical.short_name() + " (physical GPU " + std::to_string(physical) + ")";
-  if (const ReplicaContext* ctx = thread_state().replica) where += ", replica " + std::to_string(ctx->replica_id_in_sync_group());
+  if (const ReplicaContext* ctx = thread_state().replica)
+    where += ", replica " + std::to_string(ctx->replica_id_in_sync_group());
   return where;
 }
 
@@ -36,10 +37,8 @@ void throw_cuda_error(cudaError_t err, const char* call, const Device& logical, 
     case cudaErrorInsufficientDriver:
     case cudaErrorDevicesUnavailable:
     case cudaErrorInitializationError:
-    case cudaErrorSystemNotReady:
-      throw UnavailableError(message);
-    default:
-      throw InternalError(message);
+    case cudaErrorSystemNotReady: throw UnavailableError(message);
+    default: throw InternalError(message);
   }
 }
 
@@ -271,8 +270,7 @@ void CudaBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
     while (issued < bytes && count < kSlots) {
       const int s = next_slot_locked(main_);
       const std::size_t len = std::min(kSlotBytes, bytes - issued);
-      check(cudaMemcpyAsync(main_.slots[s].host, in + issued, len, cudaMemcpyDeviceToHost, stream_),
-            "cudaMemcpyAsync");
+      check(cudaMemcpyAsync(main_.slots[s].host, in + issued, len, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
       check(cudaEventRecord(main_.slots[s].event, stream_), "cudaEventRecord");
       main_.slots[s].pending = true;
       queue[(head + count) % kSlots] = Pending{s, issued, len};
@@ -376,7 +374,8 @@ void CudaBackend::sum_axis(DType dtype, const void* in, int64_t outer, int64_t l
 }
 
 void CudaBackend::divide(DType dtype, void* inout, int64_t count, int64_t divisor) {
-  if (!dtype_is_floating(dtype)) MIRRORED_ENFORCE(divisor != 0, InvalidArgumentError, "divide: integer division by zero");
+  if (!dtype_is_floating(dtype))
+    MIRRORED_ENFORCE(divisor != 0, InvalidArgumentError, "divide: integer division by zero");
   if (count <= 0) return;
   CudaDeviceGuard guard(physical_, logical_);
   check(cuda_kernels::divide(dtype, inout, count, divisor, stream_), "divide kernel launch");

@@ -20,9 +20,7 @@ unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
 }
 
-__device__ inline int64_t first_index() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
+__device__ inline int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ inline int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 template <class F>
@@ -50,10 +48,14 @@ template <class T, int Op>
 __global__ void binary_kernel(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const T x = a[i * sa], y = b[i * sb];
-    if constexpr (Op == 0) out[i] = static_cast<T>(x + y);
-    else if constexpr (Op == 1) out[i] = static_cast<T>(x - y);
-    else if constexpr (Op == 2) out[i] = static_cast<T>(x * y);
-    else out[i] = static_cast<T>(x / y);  // floating point only
+    if constexpr (Op == 0)
+      out[i] = static_cast<T>(x + y);
+    else if constexpr (Op == 1)
+      out[i] = static_cast<T>(x - y);
+    else if constexpr (Op == 2)
+      out[i] = static_cast<T>(x * y);
+    else
+      out[i] = static_cast<T>(x / y);  // floating point only
   }
 }
 
@@ -115,8 +117,10 @@ __global__ void sum_axis_kernel(const T* in, int64_t outer, int64_t length, int6
 template <class T>
 __global__ void divide_kernel(T* p, int64_t n, int64_t divisor) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    if constexpr (std::is_floating_point_v<T>) p[i] = p[i] / static_cast<T>(divisor);
-    else p[i] = static_cast<T>(p[i] / divisor);
+    if constexpr (std::is_floating_point_v<T>)
+      p[i] = p[i] / static_cast<T>(divisor);
+    else
+      p[i] = static_cast<T>(p[i] / divisor);
   }
 }
 
@@ -151,8 +155,10 @@ __global__ void all_reduce_fused_vec_kernel(FusedPointers<T> p, int k, int64_t n
     if (mean_divisor > 0) {
 #pragma unroll
       for (int e = 0; e < V::kLanes; ++e) {
-        if constexpr (std::is_floating_point_v<T>) s.v[e] = s.v[e] / static_cast<T>(mean_divisor);
-        else s.v[e] = static_cast<T>(s.v[e] / mean_divisor);
+        if constexpr (std::is_floating_point_v<T>)
+          s.v[e] = s.v[e] / static_cast<T>(mean_divisor);
+        else
+          s.v[e] = static_cast<T>(s.v[e] / mean_divisor);
       }
     }
     for (int j = 0; j < k; ++j) reinterpret_cast<V*>(p.out[j])[i] = s;
@@ -165,8 +171,10 @@ __global__ void all_reduce_fused_kernel(FusedPointers<T> p, int k, int64_t n, in
     T s = p.in[0][i];
     for (int j = 1; j < k; ++j) s = static_cast<T>(s + p.in[j][i]);
     if (mean_divisor > 0) {
-      if constexpr (std::is_floating_point_v<T>) s = s / static_cast<T>(mean_divisor);
-      else s = static_cast<T>(s / mean_divisor);
+      if constexpr (std::is_floating_point_v<T>)
+        s = s / static_cast<T>(mean_divisor);
+      else
+        s = static_cast<T>(s / mean_divisor);
     }
     for (int j = 0; j < k; ++j) p.out[j][i] = s;
   }
@@ -198,8 +206,10 @@ cudaError_t binary(Binary op, DType dtype, const void* a, bool a_scalar, const v
       case Binary::sub: binary_kernel<T, 1><<<g, kThreads, 0, stream>>>(x, sa, y, sb, o, n); break;
       case Binary::mul: binary_kernel<T, 2><<<g, kThreads, 0, stream>>>(x, sa, y, sb, o, n); break;
       case Binary::div:
-        if constexpr (std::is_integral_v<T>) int_div_kernel<T><<<g, kThreads, 0, stream>>>(x, sa, y, sb, o, n, div_by_zero_index);
-        else binary_kernel<T, 3><<<g, kThreads, 0, stream>>>(x, sa, y, sb, o, n);
+        if constexpr (std::is_integral_v<T>)
+          int_div_kernel<T><<<g, kThreads, 0, stream>>>(x, sa, y, sb, o, n, div_by_zero_index);
+        else
+          binary_kernel<T, 3><<<g, kThreads, 0, stream>>>(x, sa, y, sb, o, n);
         break;
     }
     return cudaGetLastError();
@@ -223,7 +233,7 @@ cudaError_t sum_axis(DType dtype, const void* in, int64_t outer, int64_t length,
   return with_dtype(dtype, [&](auto zero) {
     using T = decltype(zero);
     sum_axis_kernel<T><<<blocks_for(outer * inner), kThreads, 0, stream>>>(static_cast<const T*>(in), outer, length,
-                                                                          inner, static_cast<T*>(out));
+                                                                           inner, static_cast<T*>(out));
     return cudaGetLastError();
   });
 }
@@ -257,7 +267,8 @@ cudaError_t all_reduce_fused(DType dtype, const void* const* in, void* const* ou
     for (int j = 0; j < k; ++j) {
       p.in[j] = static_cast<const T*>(in[j]);
       p.out[j] = static_cast<T*>(out[j]);
-      aligned = aligned && reinterpret_cast<uintptr_t>(in[j]) % 16 == 0 && reinterpret_cast<uintptr_t>(out[j]) % 16 == 0;
+      aligned =
+          aligned && reinterpret_cast<uintptr_t>(in[j]) % 16 == 0 && reinterpret_cast<uintptr_t>(out[j]) % 16 == 0;
     }
     int64_t done = 0;
     if (aligned) {  // tensors start at allocator blocks: always, in practice

@@ -17,9 +17,9 @@
 #include <cstring>
 #include <vector>
 
-#include "gpu/logical_gpus.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/kernels.hpp"
+#include "gpu/logical_gpus.hpp"
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/detail/device_backend.hpp"
 
@@ -70,7 +70,8 @@ bool on_chip_all_reduce(ReduceOp op, CollectiveStep& step) {
   if (me == 0) {
     CudaBackend& b0 = *be[0];
     CudaDeviceGuard guard(chip, b0.device());
-    for (int r = 1; r < n; ++r) b0.check(cudaStreamWaitEvent(b0.stream(), be[r]->ready_event(), 0), "cudaStreamWaitEvent");
+    for (int r = 1; r < n; ++r)
+      b0.check(cudaStreamWaitEvent(b0.stream(), be[r]->ready_event(), 0), "cudaStreamWaitEvent");
     std::vector<const void*> in(n);
     std::vector<void*> out(n);
     auto& host = backend_for(cpu0);

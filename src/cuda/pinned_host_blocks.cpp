@@ -6,8 +6,8 @@
 #include <map>
 #include <mutex>
 
-#include "tensor/host_allocator.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "tensor/host_allocator.hpp"
 #include "util/log.hpp"
 
 namespace mirrored::detail {

@@ -3,24 +3,19 @@
 #include <atomic>
 
 #include "mirrored/detail/format.hpp"
-#include "util/log.hpp"
 #include "mirrored/distributed_dataset.hpp"
+#include "util/log.hpp"
 
 namespace mirrored::data::detail {
 namespace {
 
 const char* policy_name(AutoShardPolicy p) {
   switch (p) {
-    case AutoShardPolicy::OFF:
-      return "OFF";
-    case AutoShardPolicy::AUTO:
-      return "AUTO";
-    case AutoShardPolicy::FILE:
-      return "FILE";
-    case AutoShardPolicy::DATA:
-      return "DATA";
-    case AutoShardPolicy::HINT:
-      return "HINT";
+    case AutoShardPolicy::OFF: return "OFF";
+    case AutoShardPolicy::AUTO: return "AUTO";
+    case AutoShardPolicy::FILE: return "FILE";
+    case AutoShardPolicy::DATA: return "DATA";
+    case AutoShardPolicy::HINT: return "HINT";
   }
   return "?";
 }
@@ -59,10 +54,8 @@ ShardPlan resolve_sharding(const GraphInfo& info, int num_workers, int worker_in
   const bool has_files = info.num_files.has_value();
   const bool enough_files = has_files && *info.num_files >= static_cast<std::size_t>(num_workers);
   switch (policy) {
-    case AutoShardPolicy::OFF:
-      return ShardPlan{OpenContext{num_workers, worker_index, false, false}, false};
-    case AutoShardPolicy::HINT:
-      return ShardPlan{OpenContext{num_workers, worker_index, false, true}, false};
+    case AutoShardPolicy::OFF: return ShardPlan{OpenContext{num_workers, worker_index, false, false}, false};
+    case AutoShardPolicy::HINT: return ShardPlan{OpenContext{num_workers, worker_index, false, true}, false};
     case AutoShardPolicy::FILE:
       MIRRORED_ENFORCE(
           has_files, InvalidArgumentError,
@@ -79,8 +72,7 @@ ShardPlan resolve_sharding(const GraphInfo& info, int num_workers, int worker_in
                      " files for ", num_workers, " input workers");
       }
       return ShardPlan{OpenContext{num_workers, worker_index, false, false}, true};
-    case AutoShardPolicy::DATA:
-      return ShardPlan{OpenContext{num_workers, worker_index, false, false}, true};
+    case AutoShardPolicy::DATA: return ShardPlan{OpenContext{num_workers, worker_index, false, false}, true};
   }
   throw InvalidArgumentError(std::string("unknown AutoShardPolicy ") + policy_name(policy));
 }

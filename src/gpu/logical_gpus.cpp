@@ -73,8 +73,9 @@ void set_logical_gpu_devices(int physical_gpu, int count) {
   MIRRORED_ENFORCE(count >= 1, InvalidArgumentError, "set_logical_gpu_devices: count must be at least 1, got ", count);
   auto& runtime = detail::gpu_runtime();
   const int physical = runtime.physical_gpu_count();
-  MIRRORED_ENFORCE(physical_gpu >= 0 && physical_gpu < physical, NotFoundError, "set_logical_gpu_devices: physical GPU ",
-                   physical_gpu, " not found: ", physical, " GPUs are visible (", runtime.unavailable_reason(), ")");
+  MIRRORED_ENFORCE(physical_gpu >= 0 && physical_gpu < physical, NotFoundError,
+                   "set_logical_gpu_devices: physical GPU ", physical_gpu, " not found: ", physical,
+                   " GPUs are visible (", runtime.unavailable_reason(), ")");
   auto& t = detail::logical_gpus();
   std::lock_guard lock(t.mu);
   MIRRORED_ENFORCE(!t.used, FailedPreconditionError,

@@ -3,9 +3,9 @@
 // src/cuda/nccl/nccl_all_reduce.cpp.
 #include <string>
 
-#include "mirrored/cross_device_ops.hpp"
 #include "collectives/ops_selection.hpp"
 #include "mirrored/config.hpp"
+#include "mirrored/cross_device_ops.hpp"
 #include "mirrored/errors.hpp"
 
 namespace mirrored {
@@ -14,7 +14,9 @@ namespace {
 #if MIRRORED_HAVE_CUDA
   const char* why = "this CUDA build of mirrored was made without NCCL (libnccl was not found at configure time)";
 #else
-  const char* why = "this build of mirrored has no CUDA support (configure with MIRRORED_ENABLE_CUDA=ON on a machine with the CUDA toolkit and NCCL)";
+  const char* why =
+      "this build of mirrored has no CUDA support (configure with MIRRORED_ENABLE_CUDA=ON on a machine with the CUDA "
+      "toolkit and NCCL)";
 #endif
   throw UnimplementedError(std::string("NcclAllReduce::") + op + ": " + why);
 }

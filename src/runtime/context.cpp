@@ -1,6 +1,6 @@
 // Thread-local context: which strategy and which replica context the calling thread is in.
-#include "runtime/default_strategy.hpp"
 #include "mirrored/replica_context.hpp"
+#include "runtime/default_strategy.hpp"
 
 namespace mirrored {
 namespace detail {

@@ -24,8 +24,8 @@ std::vector<Device> resolve_devices(const std::vector<std::string>& specs) {
                        specs[j], "' and '", specs[i], "' both name ", d.to_string());
     }
     if (!device_exists(d)) {
-      throw NotFoundError(str_cat("MirroredStrategy: device ", d.to_string(), " ('", specs[i], "') not found: ",
-                                  list_logical_devices(DeviceType::GPU).size(), " GPUs are visible"));
+      throw NotFoundError(str_cat("MirroredStrategy: device ", d.to_string(), " ('", specs[i],
+                                  "') not found: ", list_logical_devices(DeviceType::GPU).size(), " GPUs are visible"));
     }
     devices.push_back(std::move(d));
   }

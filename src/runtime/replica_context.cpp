@@ -37,15 +37,17 @@ void validate_all_reduce(int n, const detail::CollectiveGroup& group) {
   for (int r = 1; r < n; ++r) {
     const auto* other = static_cast<const Buffers*>(group.payload(r));
     MIRRORED_ENFORCE(*other->structure == *first->structure && other->inputs->size() == first->inputs->size(),
-                     InvalidArgumentError, "all_reduce: replica ", r, " passed a value with a different structure than replica 0 (",
-                     other->inputs->size(), " vs ", first->inputs->size(), " tensors)");
+                     InvalidArgumentError, "all_reduce: replica ", r,
+                     " passed a value with a different structure than replica 0 (", other->inputs->size(), " vs ",
+                     first->inputs->size(), " tensors)");
     for (std::size_t i = 0; i < first->inputs->size(); ++i) {
       const auto& a = (*first->inputs)[i];
       const auto& b = (*other->inputs)[i];
-      MIRRORED_ENFORCE(a.dtype == b.dtype, InvalidArgumentError, "all_reduce: replica 0 passed dtype ", dtype_name(a.dtype),
-                       " but replica ", r, " passed dtype ", dtype_name(b.dtype));
+      MIRRORED_ENFORCE(a.dtype == b.dtype, InvalidArgumentError, "all_reduce: replica 0 passed dtype ",
+                       dtype_name(a.dtype), " but replica ", r, " passed dtype ", dtype_name(b.dtype));
       MIRRORED_ENFORCE(a.shape == b.shape, InvalidArgumentError, "all_reduce: replica 0 passed shape ",
-                       detail::format_shape(a.shape), " but replica ", r, " passed shape ", detail::format_shape(b.shape),
+                       detail::format_shape(a.shape), " but replica ", r, " passed shape ",
+                       detail::format_shape(b.shape),
                        first->inputs->size() > 1 ? str_cat(" (tensor ", i, " of the nest)") : "");
     }
   }
@@ -127,7 +129,8 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
   group.join(replica_id_, detail::CollectiveKind::all_gather, &mine, t);
   inside_collective(group, replica_id_, [&] {
     std::vector<const Shape*> shapes;
-    for (int r = 0; r < n; ++r) shapes.push_back(&(*static_cast<const CollectiveStep::Buffers*>(group.payload(r))->inputs)[0].shape);
+    for (int r = 0; r < n; ++r)
+      shapes.push_back(&(*static_cast<const CollectiveStep::Buffers*>(group.payload(r))->inputs)[0].shape);
     int a = axis;
     outs.push_back(detail::make_untyped(in.dtype, detail::concat_shape("all_gather", shapes, a), in.device()));
     CollectiveStep step(group, replica_id_, t);
@@ -138,8 +141,7 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
   return outs;
 }
 
-void ReplicaContext::merge_flat(const void* payload, MergeFn run_merge, void* merge_ctx, TakeFn take,
-                                void* take_ctx) {
+void ReplicaContext::merge_flat(const void* payload, MergeFn run_merge, void* merge_ctx, TakeFn take, void* take_ctx) {
   const int n = num_replicas_in_sync();
   if (n == 1) {
     {

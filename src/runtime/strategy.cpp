@@ -2,21 +2,22 @@
 
 #include <algorithm>
 
-#include "runtime/default_strategy.hpp"
-#include "gpu/gpu_runtime.hpp"
-#include "util/exceptions.hpp"
-#include "util/log.hpp"
 #include "collectives/collective_helpers.hpp"
 #include "collectives/ops_selection.hpp"
+#include "gpu/gpu_runtime.hpp"
 #include "mirrored/replica_context.hpp"
+#include "runtime/default_strategy.hpp"
 #include "runtime/strategy_runtime.hpp"
+#include "util/exceptions.hpp"
+#include "util/log.hpp"
 
 namespace mirrored {
 namespace {
 
 using detail::str_cat;
 
-constexpr const char* kCrossReplicaHint = "Method requires being in cross-replica context, use get_replica_context().merge_call()";
+constexpr const char* kCrossReplicaHint =
+    "Method requires being in cross-replica context, use get_replica_context().merge_call()";
 
 bool is_aborted(const std::exception_ptr& e) {
   try {
@@ -67,7 +68,8 @@ Strategy::Strategy(std::vector<Device> devices, std::shared_ptr<CrossDeviceOps> 
                                                     detail::env_positive("MIRRORED_COLLECTIVE_TIMEOUT_S", 1800.0),
                                                     detail::env_positive("MIRRORED_STALL_WARN_S", 60.0))) {
   contexts_.reserve(devices_.size());
-  for (int r = 0; r < num_replicas_in_sync(); ++r) contexts_.push_back(std::unique_ptr<ReplicaContext>(new ReplicaContext(*this, r)));
+  for (int r = 0; r < num_replicas_in_sync(); ++r)
+    contexts_.push_back(std::unique_ptr<ReplicaContext>(new ReplicaContext(*this, r)));
 }
 
 Strategy::~Strategy() = default;
@@ -77,8 +79,8 @@ void Strategy::start_replica_threads() { rt_->pool = std::make_unique<detail::Re
 Scope Strategy::scope() {
   auto& ts = detail::thread_state();
   if (ts.replica && !detail::is_default_context(ts.replica)) {
-    throw FailedPreconditionError(str_cat(name(), "::scope on replica ", ts.replica->replica_id_in_sync_group(), ": ",
-                                          kCrossReplicaHint));
+    throw FailedPreconditionError(
+        str_cat(name(), "::scope on replica ", ts.replica->replica_id_in_sync_group(), ": ", kCrossReplicaHint));
   }
   Strategy* current = ts.merge ? ts.merge : (ts.scopes.empty() ? nullptr : ts.scopes.back());
   if (current == static_cast<Strategy*>(&detail::default_strategy())) current = nullptr;
@@ -94,7 +96,8 @@ void Strategy::require_cross_replica(const char* method, const char* hint) const
   const auto& ts = detail::thread_state();
   if (ts.replica && !detail::is_default_context(ts.replica)) {
     throw FailedPreconditionError(str_cat(name(), "::", method, " called on replica ",
-                                          ts.replica->replica_id_in_sync_group(), ": ", *hint ? hint : kCrossReplicaHint));
+                                          ts.replica->replica_id_in_sync_group(), ": ",
+                                          *hint ? hint : kCrossReplicaHint));
   }
 }
 
@@ -147,8 +150,10 @@ void Strategy::execute(Body body, void* ctx) {
     ts.replica = saved;
     self->rt_->group.finish(r);
   };
-  if (rt_->pool) rt_->pool->execute(task, &call);
-  else task(&call, 0);
+  if (rt_->pool)
+    rt_->pool->execute(task, &call);
+  else
+    task(&call, 0);
   if (rt_->first_failure) std::rethrow_exception(std::exchange(rt_->first_failure, nullptr));
 }
 
@@ -182,7 +187,8 @@ std::vector<detail::UntypedTensor> Strategy::reduce_flat(ReduceOp op,
       Shape reduced = t.shape;
       reduced.erase(reduced.begin() + a);
       detail::UntypedTensor local = detail::make_untyped(t.dtype, reduced, t.device());
-      if (local.numel) detail::backend_for(t.device()).sum_axis(t.dtype, t.data(), outer, t.shape[a], inner, local.data());
+      if (local.numel)
+        detail::backend_for(t.device()).sum_axis(t.dtype, t.data(), outer, t.shape[a], inner, local.data());
       count += t.shape[a];
       parts.push_back(std::move(local));
     }
@@ -200,7 +206,8 @@ std::vector<detail::UntypedTensor> Strategy::reduce_flat(ReduceOp op,
       cross_device_ops_->reduce(op, parts, result);
     } else {
       cross_device_ops_->reduce(ReduceOp::SUM, parts, result);
-      if (op == ReduceOp::MEAN && result.numel) detail::backend_for(cpu0).divide(result.dtype, result.data(), result.numel, count);
+      if (op == ReduceOp::MEAN && result.numel)
+        detail::backend_for(cpu0).divide(result.dtype, result.data(), result.numel, count);
     }
     out.push_back(std::move(result));
   }

@@ -4,9 +4,7 @@
 
 namespace mirrored {
 
-void StrategyExtended::require_cross_replica(const char* method) const {
-  s_.require_cross_replica(method, "");
-}
+void StrategyExtended::require_cross_replica(const char* method) const { s_.require_cross_replica(method, ""); }
 
 namespace {
 
@@ -77,7 +75,8 @@ std::vector<detail::UntypedTensor> StrategyExtended::batch_reduce_flat(
       std::size_t offset = 0;
       for (std::size_t i : pack) {
         const auto& t = values[i][r];
-        detail::copy_between(static_cast<unsigned char*>(packed[r].data()) + offset, cpu0, t.data(), t.device(), t.bytes());
+        detail::copy_between(static_cast<unsigned char*>(packed[r].data()) + offset, cpu0, t.data(), t.device(),
+                             t.bytes());
         offset += t.bytes();
       }
     }
@@ -86,7 +85,8 @@ std::vector<detail::UntypedTensor> StrategyExtended::batch_reduce_flat(
     std::size_t offset = 0;
     for (std::size_t i : pack) {
       out[i] = detail::make_untyped(dtype, values[i][0].shape, cpu0);
-      detail::copy_between(out[i].data(), cpu0, static_cast<unsigned char*>(result.data()) + offset, cpu0, out[i].bytes());
+      detail::copy_between(out[i].data(), cpu0, static_cast<unsigned char*>(result.data()) + offset, cpu0,
+                           out[i].bytes());
       offset += out[i].bytes();
     }
   }

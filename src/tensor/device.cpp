@@ -52,18 +52,26 @@ Device Device::parse(std::string_view spec) {
     const auto tokens = split(part, ':');
     const std::string_view key = tokens[0];
     if (key == "job" || key == "replica" || key == "task") {
-      if (tokens.size() != 2 || tokens[1].empty()) bad_spec(spec, "'" + std::string(part) + "' is not '" + std::string(key) + ":<value>'");
+      if (tokens.size() != 2 || tokens[1].empty())
+        bad_spec(spec, "'" + std::string(part) + "' is not '" + std::string(key) + ":<value>'");
       bool& seen = key == "job" ? have_job : key == "replica" ? have_replica : have_task;
       if (seen) bad_spec(spec, "'" + std::string(key) + "' given twice");
       seen = true;
-      if (key == "job") d.job_ = std::string(tokens[1]);
-      else if (key == "replica") d.replica_ = parse_index(spec, "replica", tokens[1]);
-      else d.task_ = parse_index(spec, "task", tokens[1]);
+      if (key == "job")
+        d.job_ = std::string(tokens[1]);
+      else if (key == "replica")
+        d.replica_ = parse_index(spec, "replica", tokens[1]);
+      else
+        d.task_ = parse_index(spec, "task", tokens[1]);
     } else if (key == "device") {
       if (tokens.size() != 3) bad_spec(spec, "'" + std::string(part) + "' is not 'device:<CPU|GPU>:<index>'");
-      if (tokens[1] == "CPU") set_type(DeviceType::CPU, tokens[2]);
-      else if (tokens[1] == "GPU") set_type(DeviceType::GPU, tokens[2]);
-      else bad_spec(spec, "unknown device type '" + std::string(tokens[1]) + "' after 'device:' (expected CPU or GPU, in upper case)");
+      if (tokens[1] == "CPU")
+        set_type(DeviceType::CPU, tokens[2]);
+      else if (tokens[1] == "GPU")
+        set_type(DeviceType::GPU, tokens[2]);
+      else
+        bad_spec(spec, "unknown device type '" + std::string(tokens[1]) +
+                           "' after 'device:' (expected CPU or GPU, in upper case)");
     } else if (key == "CPU" || key == "cpu" || key == "GPU" || key == "gpu") {
       if (tokens.size() != 2) bad_spec(spec, "'" + std::string(part) + "' is not '" + std::string(key) + ":<index>'");
       set_type(key == "CPU" || key == "cpu" ? DeviceType::CPU : DeviceType::GPU, tokens[1]);
@@ -76,8 +84,8 @@ Device Device::parse(std::string_view spec) {
 }
 
 std::string Device::to_string() const {
-  return "/job:" + job_ + "/replica:" + std::to_string(replica_) + "/task:" + std::to_string(task_) + "/device:" +
-         device_type_name(type_) + ":" + std::to_string(index_);
+  return "/job:" + job_ + "/replica:" + std::to_string(replica_) + "/task:" + std::to_string(task_) +
+         "/device:" + device_type_name(type_) + ":" + std::to_string(index_);
 }
 
 std::string Device::short_name() const { return std::string(device_type_name(type_)) + ":" + std::to_string(index_); }

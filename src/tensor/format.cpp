@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "mirrored/repr.hpp"
 #include "mirrored/dtype.hpp"
 #include "mirrored/errors.hpp"
+#include "mirrored/repr.hpp"
 
 namespace mirrored {
 

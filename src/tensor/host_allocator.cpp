@@ -8,8 +8,8 @@
 #include <mutex>
 #include <string>
 
-#include "util/log.hpp"
 #include "mirrored/errors.hpp"
+#include "util/log.hpp"
 
 namespace mirrored::detail {
 namespace {
@@ -29,8 +29,7 @@ void free_large(void* p, std::size_t rounded) noexcept {
 
 class LargeBlockCache {
  public:
-  LargeBlockCache()
-      : limit_(static_cast<std::size_t>(env_positive("MIRRORED_HOST_CACHE_MB", 2048.0) * (1 << 20))) {}
+  LargeBlockCache() : limit_(static_cast<std::size_t>(env_positive("MIRRORED_HOST_CACHE_MB", 2048.0) * (1 << 20))) {}
   ~LargeBlockCache() { release(); }
 
   void* take(std::size_t rounded) {
@@ -127,8 +126,10 @@ void* host_allocate(std::size_t bytes) {
 
 void host_deallocate(void* ptr, std::size_t bytes) noexcept {
   if (!ptr) return;
-  if (bytes >= kLargeThreshold) cache().give_back(ptr, round_up(bytes, kLargeAlignment));
-  else std::free(ptr);
+  if (bytes >= kLargeThreshold)
+    cache().give_back(ptr, round_up(bytes, kLargeAlignment));
+  else
+    std::free(ptr);
 }
 
 std::size_t host_cached_bytes() noexcept { return cache().cached(); }

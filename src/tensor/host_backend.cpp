@@ -4,9 +4,9 @@
 #include <cstring>
 #include <new>
 
-#include "tensor/host_allocator.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"
+#include "tensor/host_allocator.hpp"
 #include "tensor/host_backend.hpp"
 
 namespace mirrored::detail {
@@ -19,9 +19,15 @@ template <class T>
 void binary_loop(BinaryOp op, const T* a, bool a_scalar, const T* b, bool b_scalar, T* out, int64_t n) {
   const int64_t sa = a_scalar ? 0 : 1, sb = b_scalar ? 0 : 1;
   switch (op) {
-    case BinaryOp::add: for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(a[i * sa] + b[i * sb]); break;
-    case BinaryOp::sub: for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(a[i * sa] - b[i * sb]); break;
-    case BinaryOp::mul: for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(a[i * sa] * b[i * sb]); break;
+    case BinaryOp::add:
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(a[i * sa] + b[i * sb]);
+      break;
+    case BinaryOp::sub:
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(a[i * sa] - b[i * sb]);
+      break;
+    case BinaryOp::mul:
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(a[i * sa] * b[i * sb]);
+      break;
     case BinaryOp::div:
       for (int64_t i = 0; i < n; ++i) {
         if constexpr (std::is_integral_v<T>) {
@@ -81,7 +87,8 @@ class HostBackend final : public DeviceBackend {
               int64_t count) override {
     visit_dtype(dtype, [&](auto zero) {
       using T = decltype(zero);
-      binary_loop(op, static_cast<const T*>(a), a_scalar, static_cast<const T*>(b), b_scalar, static_cast<T*>(out), count);
+      binary_loop(op, static_cast<const T*>(a), a_scalar, static_cast<const T*>(b), b_scalar, static_cast<T*>(out),
+                  count);
     });
   }
 

@@ -17,16 +17,15 @@ bool log_enabled(LogLevel level);
 /// Prints `[mirrored LEVEL] message` to stderr (one write, safe from any thread).
 void log_message(LogLevel level, const std::string& message);
 
-/// A positive number (seconds, megabytes, …) from environment variable `name`, else `fallback` (a malformed, negative or
-/// infinite value is reported with a warning).
+/// A positive number (seconds, megabytes, …) from environment variable `name`, else `fallback` (a malformed, negative
+/// or infinite value is reported with a warning).
 double env_positive(const char* name, double fallback);
 
 }  // namespace mirrored::detail
 
 /// Logs the streamable parts at `level` when that level is enabled.
-#define MIRRORED_LOG(level, ...)                                                             \
-  do {                                                                                       \
-    if (::mirrored::detail::log_enabled(::mirrored::detail::LogLevel::level))                \
-      ::mirrored::detail::log_message(::mirrored::detail::LogLevel::level,                   \
-                                      ::mirrored::detail::str_cat(__VA_ARGS__));             \
+#define MIRRORED_LOG(level, ...)                                                                                      \
+  do {                                                                                                                \
+    if (::mirrored::detail::log_enabled(::mirrored::detail::LogLevel::level))                                         \
+      ::mirrored::detail::log_message(::mirrored::detail::LogLevel::level, ::mirrored::detail::str_cat(__VA_ARGS__)); \
   } while (0)

@@ -54,9 +54,7 @@ std::uint32_t checkpoint_crc32(std::uint32_t crc, const void* data, std::size_t 
   return c ^ 0xFFFFFFFFu;
 }
 
-CheckpointFaultHook set_checkpoint_fault_hook(CheckpointFaultHook hook) noexcept {
-  return g_fault_hook.exchange(hook);
-}
+CheckpointFaultHook set_checkpoint_fault_hook(CheckpointFaultHook hook) noexcept { return g_fault_hook.exchange(hook); }
 
 std::string checkpoint_temp_path(const std::string& path) { return path + ".tmp"; }
 
@@ -73,29 +71,24 @@ using detail::str_cat;
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr std::string_view kChecksumPrefix = "crc32:";
 
-
 // --- I/O helpers -----------------------------------------------------------------------------
 
 [[noreturn]] void throw_io(const std::string& path, const char* what, const std::string& file, int err) {
   const std::string msg = str_cat(prefix(path), what, " '", file, "' failed: ", std::strerror(err));
   switch (err) {
-    case ENOENT:
-      throw NotFoundError(msg);
+    case ENOENT: throw NotFoundError(msg);
     case EINVAL:
     case EISDIR:
     case ENOTDIR:
     case ENAMETOOLONG:
-    case ELOOP:
-      throw InvalidArgumentError(msg);
+    case ELOOP: throw InvalidArgumentError(msg);
     case EACCES:
     case EPERM:
     case EROFS:
     case ENOSPC:
     case EDQUOT:
-    case EFBIG:
-      throw FailedPreconditionError(msg);
-    default:
-      throw UnavailableError(msg);
+    case EFBIG: throw FailedPreconditionError(msg);
+    default: throw UnavailableError(msg);
   }
 }
 
@@ -158,7 +151,6 @@ void fsync_directory(const std::string& path, const std::string& dir) {
   if (::fsync(fd.get()) != 0 && errno != EINVAL) throw_io(path, "fsyncing directory", dir, errno);
 }
 
-
 /// Bytes of a tensor of `dtype` and `shape`, or nullopt on overflow.
 std::optional<std::uint64_t> byte_size(DType dtype, const Shape& shape) {
   std::uint64_t n = dtype_size(dtype);
@@ -182,10 +174,14 @@ std::optional<std::uint32_t> parse_checksum(std::string_view s) {
   std::uint32_t v = 0;
   for (char c : s.substr(kChecksumPrefix.size())) {
     unsigned d;
-    if (c >= '0' && c <= '9') d = static_cast<unsigned>(c - '0');
-    else if (c >= 'a' && c <= 'f') d = static_cast<unsigned>(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F') d = static_cast<unsigned>(c - 'A' + 10);
-    else return std::nullopt;
+    if (c >= '0' && c <= '9')
+      d = static_cast<unsigned>(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      d = static_cast<unsigned>(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F')
+      d = static_cast<unsigned>(c - 'A' + 10);
+    else
+      return std::nullopt;
     v = (v << 4) | d;
   }
   return v;
@@ -194,7 +190,6 @@ std::optional<std::uint32_t> parse_checksum(std::string_view s) {
 void call_fault_hook(const std::string& temp, std::uint64_t written, std::uint64_t total) {
   if (auto hook = detail::g_fault_hook.load()) hook(temp, written, total);
 }
-
 
 /// Opens `<path>.tmp` for writing, exclusively: takes a non-blocking `flock` and makes sure the
 /// locked file is still the one at that path (a concurrent save may have renamed it away), then
@@ -209,7 +204,8 @@ int open_temp_locked(const std::string& path, const std::string& temp) {
             str_cat(prefix(path), "another save to this path is in progress (", temp, " is locked)"));
       throw_io(path, "locking", temp, errno);
     }
-    struct stat by_fd {}, by_name {};
+    struct stat by_fd {
+    }, by_name{};
     if (::fstat(fd.get(), &by_fd) != 0) throw_io(path, "stat of", temp, errno);
     if (::stat(temp.c_str(), &by_name) != 0 || by_fd.st_ino != by_name.st_ino || by_fd.st_dev != by_name.st_dev)
       continue;  // renamed or removed by the save that held the lock: open the new one
@@ -237,10 +233,10 @@ void save_tensors(const std::string& path, const TensorMap& tensors, const Metad
   MIRRORED_ENFORCE(!path.empty(), InvalidArgumentError, "checkpoint::save_tensors: empty path");
   for (const auto& [key, value] : metadata) {
     check_name(path, "metadata key", key);
-    MIRRORED_ENFORCE(valid_utf8(value), InvalidArgumentError, prefix(path), "metadata value of key ",
-                     quoted(key), " is not valid UTF-8");
-    MIRRORED_ENFORCE(key.rfind("mirrored.", 0) != 0, InvalidArgumentError, prefix(path), "metadata key ",
-                     quoted(key), " is reserved (keys starting with 'mirrored.' are the library's)");
+    MIRRORED_ENFORCE(valid_utf8(value), InvalidArgumentError, prefix(path), "metadata value of key ", quoted(key),
+                     " is not valid UTF-8");
+    MIRRORED_ENFORCE(key.rfind("mirrored.", 0) != 0, InvalidArgumentError, prefix(path), "metadata key ", quoted(key),
+                     " is reserved (keys starting with 'mirrored.' are the library's)");
   }
   std::uint64_t data_bytes = 0;
   std::string header = "{\"__metadata__\":{";
@@ -274,8 +270,8 @@ void save_tensors(const std::string& path, const TensorMap& tensors, const Metad
   }
   header += '}';
   header.append((8 - header.size() % 8) % 8, ' ');
-  MIRRORED_ENFORCE(header.size() <= kMaxHeaderBytes, InvalidArgumentError, prefix(path), "header of ",
-                   header.size(), " bytes exceeds the safetensors limit of ", kMaxHeaderBytes, " bytes");
+  MIRRORED_ENFORCE(header.size() <= kMaxHeaderBytes, InvalidArgumentError, prefix(path), "header of ", header.size(),
+                   " bytes exceeds the safetensors limit of ", kMaxHeaderBytes, " bytes");
   const std::uint64_t total = 8 + header.size() + data_bytes;
 
   // --- write <path>.tmp, fsync, rename over <path>, fsync the directory ---
@@ -291,8 +287,8 @@ void save_tensors(const std::string& path, const TensorMap& tensors, const Metad
     call_fault_hook(temp, written, total);
 
     std::uint32_t crc = 0;
-    std::vector<unsigned char> staging(static_cast<std::size_t>(
-        std::min<std::uint64_t>(data_bytes, detail::kCheckpointChunkBytes)));
+    std::vector<unsigned char> staging(
+        static_cast<std::size_t>(std::min<std::uint64_t>(data_bytes, detail::kCheckpointChunkBytes)));
     for (const auto& [name, t] : tensors) {
       const std::size_t bytes = t.bytes();
       if (bytes == 0) continue;
@@ -353,16 +349,16 @@ Checkpoint load(const std::string& path, const LoadOptions& options) {
   std::optional<std::uint32_t> expected_crc;
   if (auto it = header.metadata.find(kChecksumKey); it != header.metadata.end()) {
     expected_crc = parse_checksum(it->second);
-    MIRRORED_ENFORCE(expected_crc.has_value(), InvalidArgumentError, prefix(path), "corrupt: ", kChecksumKey,
-                     " is ", quoted(it->second), ", expected 'crc32:' and 8 hex digits");
+    MIRRORED_ENFORCE(expected_crc.has_value(), InvalidArgumentError, prefix(path), "corrupt: ", kChecksumKey, " is ",
+                     quoted(it->second), ", expected 'crc32:' and 8 hex digits");
   } else {
     MIRRORED_ENFORCE(!options.require_checksum, InvalidArgumentError, prefix(path), "no '", kChecksumKey,
                      "' in __metadata__ (not written by mirrored, or a corrupt header); load it with "
                      "LoadOptions::require_checksum = false to skip the check");
   }
   if (auto it = header.metadata.find(kFormatKey); it != header.metadata.end())
-    MIRRORED_ENFORCE(it->second == kFormatVersion, InvalidArgumentError, prefix(path), "unsupported ",
-                     kFormatKey, " ", quoted(it->second), " (this build reads version ", kFormatVersion, ")");
+    MIRRORED_ENFORCE(it->second == kFormatVersion, InvalidArgumentError, prefix(path), "unsupported ", kFormatKey, " ",
+                     quoted(it->second), " (this build reads version ", kFormatVersion, ")");
 
   // --- offsets: every tensor's size matches its dtype and shape; together they tile the data
   // section exactly, in offset order, without gaps or overlaps (the safetensors rule) ---
@@ -372,10 +368,9 @@ Checkpoint load(const std::string& path, const LoadOptions& options) {
                      ": shape ", detail::format_shape(t.shape), " is too large");
     MIRRORED_ENFORCE(t.begin <= t.end, InvalidArgumentError, prefix(path), "corrupt: tensor ", quoted(t.name),
                      ": data_offsets [", t.begin, ", ", t.end, "] are reversed");
-    MIRRORED_ENFORCE(t.end - t.begin == *bytes, InvalidArgumentError, prefix(path), "corrupt: tensor ",
-                     quoted(t.name), ": data_offsets [", t.begin, ", ", t.end, "] span ", t.end - t.begin,
-                     " bytes, but ", safetensors_dtype_name(t.dtype), " shape ", detail::format_shape(t.shape),
-                     " needs ", *bytes);
+    MIRRORED_ENFORCE(t.end - t.begin == *bytes, InvalidArgumentError, prefix(path), "corrupt: tensor ", quoted(t.name),
+                     ": data_offsets [", t.begin, ", ", t.end, "] span ", t.end - t.begin, " bytes, but ",
+                     safetensors_dtype_name(t.dtype), " shape ", detail::format_shape(t.shape), " needs ", *bytes);
   }
   std::vector<const TensorInfo*> order;
   for (const TensorInfo& t : header.tensors) order.push_back(&t);
@@ -384,18 +379,20 @@ Checkpoint load(const std::string& path, const LoadOptions& options) {
   });
   std::uint64_t expected_begin = 0;
   for (const TensorInfo* t : order) {
-    MIRRORED_ENFORCE(t->begin == expected_begin, InvalidArgumentError, prefix(path), "corrupt: tensor ",
-                     quoted(t->name), ": data_offsets [", t->begin, ", ", t->end, "] ",
-                     t->begin < expected_begin ? "overlap the previous tensor" : "leave a gap after the previous tensor",
-                     " (expected it to start at ", expected_begin, ")");
-    MIRRORED_ENFORCE(t->end <= data_size, InvalidArgumentError, prefix(path), "truncated: tensor ",
-                     quoted(t->name), " needs data bytes [", t->begin, ", ", t->end, "), the file has only ",
-                     data_size, " bytes of data");
+    MIRRORED_ENFORCE(
+        t->begin == expected_begin, InvalidArgumentError, prefix(path), "corrupt: tensor ", quoted(t->name),
+        ": data_offsets [", t->begin, ", ", t->end, "] ",
+        t->begin < expected_begin ? "overlap the previous tensor" : "leave a gap after the previous tensor",
+        " (expected it to start at ", expected_begin, ")");
+    MIRRORED_ENFORCE(t->end <= data_size, InvalidArgumentError, prefix(path), "truncated: tensor ", quoted(t->name),
+                     " needs data bytes [", t->begin, ", ", t->end, "), the file has only ", data_size,
+                     " bytes of data");
     expected_begin = t->end;
   }
-  MIRRORED_ENFORCE(expected_begin == data_size, InvalidArgumentError, prefix(path), "corrupt: ",
-                   data_size - expected_begin, " bytes after the last tensor's data (the header describes ",
-                   expected_begin, " bytes of data, the file has ", data_size, ")");
+  MIRRORED_ENFORCE(expected_begin == data_size, InvalidArgumentError, prefix(path),
+                   "corrupt: ", data_size - expected_begin,
+                   " bytes after the last tensor's data (the header describes ", expected_begin,
+                   " bytes of data, the file has ", data_size, ")");
 
   // --- data, in file order, with the checksum ---
   TensorMap tensors;
@@ -417,9 +414,7 @@ Checkpoint load(const std::string& path, const LoadOptions& options) {
   return Checkpoint(path, std::move(tensors), std::move(header.metadata));
 }
 
-TensorMap load_tensors(const std::string& path, const LoadOptions& options) {
-  return load(path, options).tensors();
-}
+TensorMap load_tensors(const std::string& path, const LoadOptions& options) { return load(path, options).tensors(); }
 
 std::vector<std::string> Checkpoint::names() const {
   std::vector<std::string> out;

@@ -18,7 +18,6 @@ std::optional<DType> dtype_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-
 /// A name as it appears in messages: quoted, with control characters escaped.
 std::string quoted(std::string_view s) {
   std::string out = "'";
@@ -114,7 +113,6 @@ void append_utf8(std::string& out, std::uint32_t cp) {
 }
 
 /// What the header says about one tensor.
-
 
 /// A strict parser for exactly what a safetensors header may hold: one object whose members are
 /// `__metadata__` (an object of strings) and tensors ({"dtype": string, "shape": [uint...],
@@ -231,8 +229,7 @@ class HeaderParser {
           append_utf8(out, cp);
           break;
         }
-        default:
-          fail(str_cat("bad escape \\", quoted(std::string_view(&e, 1))));
+        default: fail(str_cat("bad escape \\", quoted(std::string_view(&e, 1))));
       }
     }
     if (!valid_utf8(out)) fail("a string is not valid UTF-8");
@@ -313,8 +310,7 @@ class HeaderParser {
           have_dtype = true;
           const std::string d = parse_string();
           const auto dt = dtype_from_name(d);
-          if (!dt)
-            fail(str_cat(who, ": unsupported dtype ", quoted(d), " (supported: F32, F64, I32, I64, U8)"));
+          if (!dt) fail(str_cat(who, ": unsupported dtype ", quoted(d), " (supported: F32, F64, I32, I64, U8)"));
           info.dtype = *dt;
         } else if (key == "shape") {
           if (have_shape) fail(str_cat(who, ": duplicate \"shape\""));

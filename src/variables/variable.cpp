@@ -49,8 +49,10 @@ VariablePlace locate_variable(const Strategy* owner, const std::string& name, co
 
 void check_variable_options(const VariableOptions& o, const std::string& dtype, bool integer, bool distributed) {
   if (distributed && o.synchronization == VariableSynchronization::NONE) {
-    throw InvalidArgumentError("`NONE` variable synchronization mode is not supported with tf.distribute strategy. "
-                               "Please change the `synchronization` for variable: " + o.name);
+    throw InvalidArgumentError(
+        "`NONE` variable synchronization mode is not supported with tf.distribute strategy. "
+        "Please change the `synchronization` for variable: " +
+        o.name);
   }
   if (integer && o.aggregation == VariableAggregation::MEAN) {
     throw InvalidArgumentError("Variable '" + o.name + "' of dtype " + dtype +

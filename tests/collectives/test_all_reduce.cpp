@@ -10,8 +10,8 @@
 namespace mirrored {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::cpus;
+using ::testing::HasSubstr;
 using testing::message_of;
 
 enum class Ops { InProcess, ToOneDevice };
@@ -21,8 +21,10 @@ class CollectiveTest : public ::testing::TestWithParam<std::tuple<int, Ops>> {
   int n() const { return std::get<0>(GetParam()); }
   std::unique_ptr<MirroredStrategy> make() const {
     std::shared_ptr<CrossDeviceOps> ops;
-    if (std::get<1>(GetParam()) == Ops::ToOneDevice) ops = std::make_shared<ReductionToOneDevice>();
-    else ops = std::make_shared<InProcessAllReduce>();
+    if (std::get<1>(GetParam()) == Ops::ToOneDevice)
+      ops = std::make_shared<ReductionToOneDevice>();
+    else
+      ops = std::make_shared<InProcessAllReduce>();
     return std::make_unique<MirroredStrategy>(cpus(n()), ops);
   }
   int id_sum() const { return n() * (n() - 1) / 2; }
@@ -181,7 +183,8 @@ TEST_P(CollectiveTest, SumIsInReplicaOrderAndBitwiseReproducible) {
 
 TEST_P(CollectiveTest, IntegerMeanIsRejected) {
   auto s = make();
-  EXPECT_THAT(message_of<InvalidArgumentError>([&] { s->run([] { return get_replica_context()->all_reduce(ReduceOp::MEAN, 3); }); }),
+  EXPECT_THAT(message_of<InvalidArgumentError>(
+                  [&] { s->run([] { return get_replica_context()->all_reduce(ReduceOp::MEAN, 3); }); }),
               HasSubstr("MEAN of integer values"));
 }
 
@@ -194,8 +197,10 @@ TEST_P(CollectiveTest, MismatchedShapesNameBothSides) {
   EXPECT_THAT(msg, HasSubstr("replica 0 passed shape (2,) but replica 1 passed shape (3,)"));
   std::string dtype_msg = message_of<InvalidArgumentError>([&] {
     s->run([] {
-      if (id() == 1) get_replica_context()->all_reduce(ReduceOp::SUM, Tensor<double>{1});
-      else get_replica_context()->all_reduce(ReduceOp::SUM, Tensor<float>{1});
+      if (id() == 1)
+        get_replica_context()->all_reduce(ReduceOp::SUM, Tensor<double>{1});
+      else
+        get_replica_context()->all_reduce(ReduceOp::SUM, Tensor<float>{1});
     });
   });
   EXPECT_THAT(dtype_msg, HasSubstr("replica 0 passed dtype float32 but replica 1 passed dtype float64"));
@@ -224,7 +229,8 @@ TEST_P(CollectiveTest, AllGatherConcatenatesInReplicaOrder) {
 TEST_P(CollectiveTest, AllGatherAlongInnerAxis) {
   auto s = make();
   auto out = s->run([] {
-    return get_replica_context()->all_gather(Tensor<float>::from_vector({0, 1, 2, 3, 4, 5}, {1, 2, 3}) + float(10 * id()), 1);
+    return get_replica_context()->all_gather(
+        Tensor<float>::from_vector({0, 1, 2, 3, 4, 5}, {1, 2, 3}) + float(10 * id()), 1);
   });
   // Shape (1, 2n, 3): replica r's two rows follow replica r-1's.
   std::vector<float> layout;
@@ -239,20 +245,30 @@ TEST_P(CollectiveTest, AllGatherAlongInnerAxis) {
 TEST_P(CollectiveTest, AllGatherErrors) {
   auto s = make();
   auto gather = [&](auto make_value, int axis) {
-    return message_of<InvalidArgumentError>([&] { s->run([&] { get_replica_context()->all_gather(make_value(), axis); }); });
+    return message_of<InvalidArgumentError>(
+        [&] { s->run([&] { get_replica_context()->all_gather(make_value(), axis); }); });
   };
   EXPECT_THAT(gather([] { return Tensor<float>::scalar(1); }, 0), HasSubstr("rank-0"));
   EXPECT_EQ(gather([] { return Tensor<float>{1}; }, 1), "`axis` = 1 out of range for `value` with rank 1");
   if (n() > 1) {
-    EXPECT_THAT(gather([] { return Tensor<float>::zeros({2, id() == 1 ? 3 : 2}); }, 0),
+    EXPECT_THAT(gather(
+                    [] {
+                      return Tensor<float>::zeros({2, id() == 1 ? 3 : 2});
+                    },
+                    0),
                 HasSubstr("replica 0 passed shape (2, 2) and replica 1 passed shape (2, 3)"));
-    EXPECT_THAT(gather([] { return id() == 1 ? Tensor<float>::zeros({2}) : Tensor<float>::zeros({2, 1}); }, 0),
+    EXPECT_THAT(gather(
+                    [] {
+                      return id() == 1 ? Tensor<float>::zeros({2}) : Tensor<float>::zeros({2, 1});
+                    },
+                    0),
                 HasSubstr("ranks differ"));
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Replicas, CollectiveTest,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Values(Ops::InProcess, Ops::ToOneDevice)),
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                                            ::testing::Values(Ops::InProcess, Ops::ToOneDevice)),
                          [](const auto& info) {
                            return std::to_string(std::get<0>(info.param)) + "replicas_" +
                                   (std::get<1>(info.param) == Ops::InProcess ? "InProcess" : "ToOneDevice");

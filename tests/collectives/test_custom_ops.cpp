@@ -25,7 +25,8 @@ class CheckingGather final : public CrossDeviceOps {
     for (int r = 0; r < n; ++r) expected_rows += step.inputs(r)[0].shape[axis];
     for (int r = 0; r < n; ++r) {
       const auto& outs = step.outputs(r);
-      if (outs.size() != 1 || outs[0].shape.empty() || outs[0].shape[axis] != expected_rows) missing_outputs.fetch_add(1);
+      if (outs.size() != 1 || outs[0].shape.empty() || outs[0].shape[axis] != expected_rows)
+        missing_outputs.fetch_add(1);
     }
     // Fill this replica's own output (rank-1 tensors: concatenation is a copy per part).
     const auto& out = step.outputs(step.replica())[0];

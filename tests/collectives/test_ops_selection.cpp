@@ -41,7 +41,8 @@ TEST(OpsSelection, WithoutNcclGpusReduceToOneDevice) {
 TEST(OpsSelection, LogicalGpusSharingAChipReduceToOneDevice) {
   // Two logical GPUs on physical GPU 0: NCCL refuses two ranks on one GPU.
   EXPECT_EQ(choose_cross_device_ops({gpu(0), gpu(0)}, true), CrossDeviceOpsChoice::reduction_to_one_device);
-  EXPECT_EQ(choose_cross_device_ops({gpu(0), gpu(0), gpu(0), gpu(0)}, true), CrossDeviceOpsChoice::reduction_to_one_device);
+  EXPECT_EQ(choose_cross_device_ops({gpu(0), gpu(0), gpu(0), gpu(0)}, true),
+            CrossDeviceOpsChoice::reduction_to_one_device);
   // Any two sharing is enough.
   EXPECT_EQ(choose_cross_device_ops({gpu(0), gpu(1), gpu(1)}, true), CrossDeviceOpsChoice::reduction_to_one_device);
 }
@@ -52,9 +53,11 @@ TEST(OpsSelection, MixedCpuAndGpuReduceToOneDevice) {
 }
 
 TEST(OpsSelection, NamesAreTheClassNames) {
-  EXPECT_STREQ(detail::cross_device_ops_choice_name(CrossDeviceOpsChoice::nccl_all_reduce), NcclAllReduce().name().c_str());
+  EXPECT_STREQ(detail::cross_device_ops_choice_name(CrossDeviceOpsChoice::nccl_all_reduce),
+               NcclAllReduce().name().c_str());
   EXPECT_STREQ(detail::cross_device_ops_choice_name(CrossDeviceOpsChoice::in_process_all_reduce), "InProcessAllReduce");
-  EXPECT_STREQ(detail::cross_device_ops_choice_name(CrossDeviceOpsChoice::reduction_to_one_device), "ReductionToOneDevice");
+  EXPECT_STREQ(detail::cross_device_ops_choice_name(CrossDeviceOpsChoice::reduction_to_one_device),
+               "ReductionToOneDevice");
 }
 
 TEST(OpsSelection, StrategiesOnHostDevicesUseTheRule) {
@@ -115,7 +118,8 @@ TEST(NcclPacks, ChunksCoverEveryElementOnce) {
 }
 
 TEST(NcclPacks, NegativePacksAreInvalid) {
-  EXPECT_THAT(message_of<InvalidArgumentError>([] { detail::plan_nccl_packs({}, -1); }), HasSubstr("num_packs must be >= 0"));
+  EXPECT_THAT(message_of<InvalidArgumentError>([] { detail::plan_nccl_packs({}, -1); }),
+              HasSubstr("num_packs must be >= 0"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -159,20 +163,25 @@ TEST(HierarchicalRoles, OddOrSingleReplicaCountsAreRejected) {
 TEST(HierarchicalCopyAllReduce, SaysWhichReplicaCountsItSupports) {
   MirroredStrategy three(testing::cpus(3), std::make_shared<HierarchicalCopyAllReduce>());
   EXPECT_EQ(three.extended().cross_device_ops().name(), "HierarchicalCopyAllReduce");
-  EXPECT_THAT(message_of<InvalidArgumentError>([&] { three.run([] { return get_replica_context()->all_reduce("sum", 1); }); }),
-              HasSubstr("this strategy has 3 replicas"));
+  EXPECT_THAT(
+      message_of<InvalidArgumentError>([&] { three.run([] { return get_replica_context()->all_reduce("sum", 1); }); }),
+      HasSubstr("this strategy has 3 replicas"));
   EXPECT_THAT(message_of<InvalidArgumentError>([&] {
                 auto v = three.experimental_distribute_values_from_function([](const ValueContext&) { return 1.0f; });
                 three.reduce(ReduceOp::SUM, v, std::nullopt);
               }),
               HasSubstr("even number"));
   MirroredStrategy one({"CPU:0"}, std::make_shared<HierarchicalCopyAllReduce>(0));
-  EXPECT_THAT(message_of<InvalidArgumentError>([&] { one.run([] { return get_replica_context()->all_reduce("sum", 1); }); }),
-              HasSubstr("this strategy has 1 replica "));
+  EXPECT_THAT(
+      message_of<InvalidArgumentError>([&] { one.run([] { return get_replica_context()->all_reduce("sum", 1); }); }),
+      HasSubstr("this strategy has 1 replica "));
   // all_gather does not need the halves.
-  auto g = three.run([] { return get_replica_context()->all_gather(Tensor<int32_t>{get_replica_context()->replica_id_in_sync_group()}, 0); });
+  auto g = three.run([] {
+    return get_replica_context()->all_gather(Tensor<int32_t>{get_replica_context()->replica_id_in_sync_group()}, 0);
+  });
   EXPECT_EQ(g[2].to_vector(), (std::vector<int32_t>{0, 1, 2}));
-  EXPECT_THAT(message_of<InvalidArgumentError>([] { HierarchicalCopyAllReduce(-1); }), HasSubstr("num_packs must be >= 0"));
+  EXPECT_THAT(message_of<InvalidArgumentError>([] { HierarchicalCopyAllReduce(-1); }),
+              HasSubstr("num_packs must be >= 0"));
   EXPECT_EQ(HierarchicalCopyAllReduce(3).num_packs(), 3);
 }
 

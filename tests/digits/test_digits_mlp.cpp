@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "gtest_util.hpp"
 #include "digits/digits_data.hpp"
 #include "digits/mlp.hpp"
+#include "gtest_util.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/tensor.hpp"
 
@@ -70,7 +70,8 @@ class DigitsFiles : public ::testing::Test {
 
 std::string row(const std::string& pixels_override = "", const std::string& label = "3") {
   std::string r;
-  for (int i = 0; i < 64; ++i) r += (i == 0 && !pixels_override.empty() ? pixels_override : std::to_string(i % 17)) + ",";
+  for (int i = 0; i < 64; ++i)
+    r += (i == 0 && !pixels_override.empty() ? pixels_override : std::to_string(i % 17)) + ",";
   return r + label;
 }
 
@@ -132,8 +133,8 @@ TEST(DigitsData, ParsesRowsWithCrLfBlankLinesAndSpaces) {
   EXPECT_EQ(d.labels.to_vector(), (std::vector<int32_t>{3, 9}));
   const auto x = d.features.to_vector();
   EXPECT_EQ(x[1], 1.0f / 16.0f);
-  EXPECT_EQ(x[16], 1.0f);   // 16 % 17 = 16 → 1.0
-  EXPECT_EQ(x[64], 1.0f);   // " 16 " overrides the first pixel of row 2
+  EXPECT_EQ(x[16], 1.0f);  // 16 % 17 = 16 → 1.0
+  EXPECT_EQ(x[64], 1.0f);  // " 16 " overrides the first pixel of row 2
 }
 
 TEST(DigitsData, BadRowsNameTheFileAndLine) {
@@ -388,13 +389,16 @@ TEST(DigitsMlp, GradientsAreSumsSoBatchesAddUp) {
 TEST(DigitsMlp, BadShapesAndLabelsAreRejected) {
   const auto p = digits::init_mlp(1);
   const auto x = Tensor<float>::zeros({2, 64});
-  EXPECT_THAT(error_of<mirrored::InvalidArgumentError>(
-                  [&] { digits::mlp_loss_and_grads(p, x, Tensor<int32_t>::from_vector({1, 10}, {2})); }),
+  EXPECT_THAT(error_of<mirrored::InvalidArgumentError>([&] {
+                digits::mlp_loss_and_grads(p, x, Tensor<int32_t>::from_vector({1, 10}, {2}));
+              }),
               HasSubstr("label 10 of example 1 is outside 0..9"));
-  EXPECT_THAT(error_of<mirrored::InvalidArgumentError>(
-                  [&] { digits::mlp_loss_and_grads(p, x, Tensor<int32_t>::zeros({3})); }),
-              HasSubstr("labels have shape (3,), expected (2,)"));
-  EXPECT_THAT(error_of<mirrored::InvalidArgumentError>([&] { digits::mlp_logits(p, Tensor<float>::zeros({2, 63})); }),
+  EXPECT_THAT(
+      error_of<mirrored::InvalidArgumentError>([&] { digits::mlp_loss_and_grads(p, x, Tensor<int32_t>::zeros({3})); }),
+      HasSubstr("labels have shape (3,), expected (2,)"));
+  EXPECT_THAT(error_of<mirrored::InvalidArgumentError>([&] {
+                digits::mlp_logits(p, Tensor<float>::zeros({2, 63}));
+              }),
               HasSubstr("features have shape (2, 63)"));
   auto bad = p;
   bad.b2 = Tensor<float>::zeros({9});

@@ -36,7 +36,8 @@ std::vector<std::vector<float>> train_weights(int replicas, const std::string& o
 
 // |a - b| <= 1e-5 * max(|a|, |b|), with a floor of 1e-5 * (largest magnitude of the tensor) for
 // entries near zero, where a relative bound means nothing.
-void expect_close(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b, const char* what) {
+void expect_close(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
+                  const char* what) {
   ASSERT_EQ(a.size(), b.size());
   for (std::size_t t = 0; t < a.size(); ++t) {
     float scale = 0;

@@ -8,15 +8,15 @@
 #include <memory>
 #include <vector>
 
-#include "collectives/ops_selection.hpp"
 #include <mirrored/config.hpp>
 #include <mirrored/mirrored.hpp>
+#include "collectives/ops_selection.hpp"
 #if MIRRORED_HAVE_CUDA
 #include <mirrored/cuda.hpp>
 #endif
 
-#include "digits/train.hpp"
 #include "conformance.hpp"
+#include "digits/train.hpp"
 #include "harness.hpp"
 
 namespace mirrored {
@@ -75,7 +75,8 @@ TEST_F(Gpu, DefaultStrategyTakesEveryGpu) {
   MirroredStrategy s;
   EXPECT_EQ(s.extended().worker_devices(), list_logical_devices(DeviceType::GPU));
   // Distinct physical GPUs: NCCL when the build has it.
-  EXPECT_EQ(s.extended().cross_device_ops().name(), detail::nccl_compiled_in() ? "NcclAllReduce" : "ReductionToOneDevice");
+  EXPECT_EQ(s.extended().cross_device_ops().name(),
+            detail::nccl_compiled_in() ? "NcclAllReduce" : "ReductionToOneDevice");
 }
 
 TEST_F(Gpu, TrainingOnAGpuGivesTheHostsWeights) {
@@ -107,7 +108,8 @@ TEST_F(Gpu, ErrorsAreTyped) {
   EXPECT_THAT(oom, HasSubstr("out of memory on GPU:0 (physical GPU 0)"));
   // Inside run the replica is named too.
   MirroredStrategy s({"GPU:0"});
-  const std::string in_run = message_of<UnavailableError>([&] { s.run([&] { (void)Tensor<float>::empty({int64_t{1} << 45}, gpu0); }); });
+  const std::string in_run =
+      message_of<UnavailableError>([&] { s.run([&] { (void)Tensor<float>::empty({int64_t{1} << 45}, gpu0); }); });
   EXPECT_THAT(in_run, HasSubstr("replica 0"));
   // The strategy is still usable.
   EXPECT_EQ(s.run([] { return get_replica_context()->all_reduce(ReduceOp::SUM, 3); })[0], 3);
@@ -159,8 +161,8 @@ TEST_F(Gpu, PinnedAndPageableHostMemoryRoundTrip) {
   for (std::size_t i = 0; i < kBytes; ++i) pageable[i] = static_cast<unsigned char>(i * 7 + 3);
   std::memcpy(pinned, pageable.data(), kBytes);
   void* dev = be.allocate(kBytes);
-  be.copy_from_host(dev, pinned, kBytes);      // direct DMA
-  be.copy_to_host(back.data(), dev, kBytes);   // staged
+  be.copy_from_host(dev, pinned, kBytes);     // direct DMA
+  be.copy_to_host(back.data(), dev, kBytes);  // staged
   EXPECT_EQ(back, pageable);
   std::memset(pinned, 0, kBytes);
   be.copy_from_host(dev, pageable.data(), kBytes);  // staged

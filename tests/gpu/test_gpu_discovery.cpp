@@ -34,9 +34,7 @@ TEST_F(GpuDiscovery, MissingGpuIsNotFound) {
 // for the tests here).
 
 // Runs everywhere: without a GPU the answer is an empty list, never a crash.
-TEST(GpuDiscoveryWithoutGpu, NeverThrows) {
-  EXPECT_NO_THROW((void)list_logical_devices(DeviceType::GPU));
-}
+TEST(GpuDiscoveryWithoutGpu, NeverThrows) { EXPECT_NO_THROW((void)list_logical_devices(DeviceType::GPU)); }
 
 }  // namespace
 }  // namespace mirrored

@@ -6,12 +6,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <thread>
 #include <memory>
+#include <thread>
 #include <vector>
 
-#include "collectives/ops_selection.hpp"
 #include <mirrored/mirrored.hpp>
+#include "collectives/ops_selection.hpp"
 
 #include "conformance.hpp"
 #include "harness.hpp"
@@ -72,7 +72,9 @@ TEST_F(Nccl, StrategyStaysUsableAfterAReplicaFails) {
     return s.run([&] {
       const int r = get_replica_context()->replica_id_in_sync_group();
       if (fail && r == 1) throw InvalidArgumentError("replica 1 gives up");
-      return get_replica_context()->all_reduce(ReduceOp::SUM, Tensor<float>::full({1000}, 1, devices[r])).to_vector()[0];
+      return get_replica_context()
+          ->all_reduce(ReduceOp::SUM, Tensor<float>::full({1000}, 1, devices[r]))
+          .to_vector()[0];
     });
   };
   EXPECT_EQ(step(false)[0], float(devices.size()));
@@ -105,7 +107,9 @@ TEST_F(Nccl, ACollectivePastItsDeadlineAbortsTheCommunicators) {
       const int r = get_replica_context()->replica_id_in_sync_group();
       CommunicationOptions o;
       o.timeout_seconds = 3;
-      return get_replica_context()->all_reduce(ReduceOp::SUM, Tensor<float>::full({1 << 16}, 1, devices[r]), o).to_vector()[0];
+      return get_replica_context()
+          ->all_reduce(ReduceOp::SUM, Tensor<float>::full({1 << 16}, 1, devices[r]), o)
+          .to_vector()[0];
     });
   };
   const std::string msg = testing::message_of<DeadlineExceededError>([&] { step(); });

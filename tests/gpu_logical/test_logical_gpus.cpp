@@ -8,17 +8,17 @@
 #include <memory>
 #include <vector>
 
-#include "collectives/ops_selection.hpp"
 #include <mirrored/config.hpp>
 #include <mirrored/mirrored.hpp>
+#include "collectives/ops_selection.hpp"
 #if MIRRORED_HAVE_CUDA
 #include <mirrored/cuda.hpp>
 #endif
 
+#include "conformance.hpp"
 #include "digits/train.hpp"
 #include "gpu/gpu_runtime.hpp"
 #include "gpu/logical_gpus.hpp"
-#include "conformance.hpp"
 #include "harness.hpp"
 
 namespace mirrored {
@@ -55,7 +55,8 @@ class LogicalGpus : public ::testing::TestWithParam<int> {
 };
 
 TEST_P(LogicalGpus, AreLogicalGpusOfPhysicalGpuZero) {
-  EXPECT_EQ(static_cast<int>(list_logical_devices(DeviceType::GPU).size()), detail::gpu_runtime().physical_gpu_count() + kSplit - 1);
+  EXPECT_EQ(static_cast<int>(list_logical_devices(DeviceType::GPU).size()),
+            detail::gpu_runtime().physical_gpu_count() + kSplit - 1);
   for (int i = 0; i < kSplit; ++i) EXPECT_EQ(detail::logical_gpu_location(i), std::make_pair(0, i));
 #if MIRRORED_HAVE_CUDA
   std::vector<cudaStream_t> streams;
@@ -98,7 +99,8 @@ TEST_P(LogicalGpus, ExplicitOpsMatchTheHost) {
               "ReductionToOneDevice(CPU:0)");
   expect_same(reference, conformance::collectives(gpus(), std::make_shared<HierarchicalCopyAllReduce>()),
               "HierarchicalCopyAllReduce");
-  expect_same(conformance::variables(cpus()), conformance::variables(gpus(), std::make_shared<HierarchicalCopyAllReduce>()),
+  expect_same(conformance::variables(cpus()),
+              conformance::variables(gpus(), std::make_shared<HierarchicalCopyAllReduce>()),
               "HierarchicalCopyAllReduce variables");
 }
 

@@ -10,8 +10,8 @@
 namespace mirrored {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::cpus;
+using ::testing::HasSubstr;
 using testing::message_of;
 
 TEST(Context, OutsideAnyScopeTheDefaultStrategyIsCurrent) {

@@ -12,8 +12,8 @@
 namespace mirrored {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::cpus;
+using ::testing::HasSubstr;
 using testing::message_of;
 using namespace std::chrono_literals;
 
@@ -35,7 +35,8 @@ TEST_P(FailureTest, ReplicaMakingFewerCollectivesFailsFast) {
   });
   EXPECT_THAT(msg, HasSubstr("Some replicas made a different number of"));
   // Whichever of replicas 1.. returned first is named (they race to return).
-  EXPECT_THAT(msg, ::testing::ContainsRegex("replica [1-9] returned from the replica function after 1 collective calls"));
+  EXPECT_THAT(msg,
+              ::testing::ContainsRegex("replica [1-9] returned from the replica function after 1 collective calls"));
   EXPECT_LT(std::chrono::steady_clock::now() - start, 60s);
 }
 
@@ -44,8 +45,10 @@ TEST_P(FailureTest, DifferentKindsOfCollectiveAreAMismatch) {
   const int last = n() - 1;
   std::string msg = message_of<FailedPreconditionError>([&] {
     s.run([&] {
-      if (id() == last) get_replica_context()->merge_call([](Strategy&) {});
-      else get_replica_context()->all_reduce(ReduceOp::SUM, 1);
+      if (id() == last)
+        get_replica_context()->merge_call([](Strategy&) {});
+      else
+        get_replica_context()->all_reduce(ReduceOp::SUM, 1);
     });
   });
   EXPECT_THAT(msg, HasSubstr("Some replicas made a different number of collective or merge_call calls"));
@@ -157,7 +160,9 @@ TEST_P(FailureTest, FaultInCrossDeviceOpsAbortsTheStepAndTheNextStepWorks) {
   ops->fail_on = n() - 1;
   std::vector<std::optional<testing::Seen>> seen(n());
   EXPECT_EQ(message_of<UnavailableError>([&] {
-              s.run([&] { testing::recording(seen[id()], [] { return get_replica_context()->all_reduce(ReduceOp::SUM, 1.0f); }); });
+              s.run([&] {
+                testing::recording(seen[id()], [] { return get_replica_context()->all_reduce(ReduceOp::SUM, 1.0f); });
+              });
             }),
             "link to replica lost");
   for (int r = 0; r < n() - 1; ++r) {
@@ -179,8 +184,9 @@ TEST_P(FailureTest, UnsupportedOperationsSaySoByName) {
   MirroredStrategy s(cpus(n()), std::make_shared<BareOps>());
   EXPECT_EQ(message_of<UnimplementedError>([&] { s.run([] { get_replica_context()->all_reduce(ReduceOp::SUM, 1); }); }),
             "BareOps does not support all_reduce");
-  EXPECT_EQ(message_of<UnimplementedError>([&] { s.run([] { get_replica_context()->all_gather(Tensor<float>{1}, 0); }); }),
-            "BareOps does not support all_gather");
+  EXPECT_EQ(
+      message_of<UnimplementedError>([&] { s.run([] { get_replica_context()->all_gather(Tensor<float>{1}, 0); }); }),
+      "BareOps does not support all_gather");
   auto v = s.experimental_distribute_values_from_function([](const ValueContext&) { return 1; });
   EXPECT_EQ(message_of<UnimplementedError>([&] { (void)s.reduce(ReduceOp::SUM, v, std::nullopt); }),
             "BareOps does not support reduce");

@@ -10,8 +10,8 @@
 namespace mirrored {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::cpus;
+using ::testing::HasSubstr;
 using testing::message_of;
 
 class MergeCallTest : public ::testing::TestWithParam<int> {
@@ -110,7 +110,8 @@ TEST_P(MergeCallTest, ExceptionInMergeFnSurfacesFromRunWithItsType) {
     EXPECT_EQ(seen[r]->type, "AbortedError");
     EXPECT_THAT(seen[r]->what, HasSubstr("merge failed"));
   }
-  auto out = s.run([] { return get_replica_context()->merge_call([](Strategy&, const PerReplica<int>& v) { return v[0]; }, 5); });
+  auto out = s.run(
+      [] { return get_replica_context()->merge_call([](Strategy&, const PerReplica<int>& v) { return v[0]; }, 5); });
   EXPECT_EQ(out[0], 5);
 }
 

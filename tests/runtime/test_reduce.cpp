@@ -9,8 +9,8 @@
 namespace mirrored {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::cpus;
+using ::testing::HasSubstr;
 using testing::message_of;
 
 class ReduceTest : public ::testing::TestWithParam<int> {
@@ -20,7 +20,8 @@ class ReduceTest : public ::testing::TestWithParam<int> {
   int id_sum() const { return n() * (n() - 1) / 2; }
   template <class Fn>
   auto per_replica(MirroredStrategy& s, Fn fn) {
-    return s.experimental_distribute_values_from_function([&](const ValueContext& c) { return fn(c.replica_id_in_sync_group); });
+    return s.experimental_distribute_values_from_function(
+        [&](const ValueContext& c) { return fn(c.replica_id_in_sync_group); });
   }
 };
 
@@ -36,7 +37,9 @@ TEST_P(ReduceTest, SumAndMeanOfScalars) {
 
 TEST_P(ReduceTest, TensorsAcrossReplicasLandOnTheHost) {
   MirroredStrategy s(cpus(n()));
-  auto v = per_replica(s, [](int r) { return Tensor<float>({float(r), float(2 * r), 4.0f}).to(Device(DeviceType::CPU, r)); });
+  auto v = per_replica(s, [](int r) {
+    return Tensor<float>({float(r), float(2 * r), 4.0f}).to(Device(DeviceType::CPU, r));
+  });
   Tensor<float> sum = s.reduce(ReduceOp::SUM, v, std::nullopt);
   EXPECT_EQ(sum.shape(), Shape{3});
   EXPECT_EQ(sum.to_vector(), (std::vector<float>{float(id_sum()), float(2 * id_sum()), 4.0f * n()}));
@@ -139,7 +142,8 @@ TEST_P(ReduceTest, NestsAreReducedLeafWise) {
   EXPECT_EQ(std::get<1>(sum), (std::map<std::string, int>{{"a", id_sum()}, {"b", n()}}));
   EXPECT_EQ(std::get<2>(sum), 0.5 * id_sum());
   auto mean = s.reduce<double>(ReduceOp::MEAN, v, std::nullopt);
-  static_assert(std::is_same_v<decltype(mean), std::tuple<std::vector<Tensor<double>>, std::map<std::string, double>, double>>);
+  static_assert(
+      std::is_same_v<decltype(mean), std::tuple<std::vector<Tensor<double>>, std::map<std::string, double>, double>>);
   EXPECT_EQ(std::get<1>(mean).at("b"), 1.0);
 }
 

@@ -12,8 +12,8 @@
 namespace mirrored {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::cpus;
+using ::testing::HasSubstr;
 using testing::message_of;
 
 class RunTest : public ::testing::TestWithParam<int> {
@@ -30,7 +30,8 @@ TEST_P(RunTest, ReturnsOneResultPerReplicaInOrder) {
 
 TEST_P(RunTest, UnwrapsDistributedArgumentsAndPassesOthersAsIs) {
   MirroredStrategy s(cpus(n()));
-  auto ids = s.experimental_distribute_values_from_function([](const ValueContext& c) { return c.replica_id_in_sync_group; });
+  auto ids =
+      s.experimental_distribute_values_from_function([](const ValueContext& c) { return c.replica_id_in_sync_group; });
   std::vector<Tensor<float>> same(n(), Tensor<float>{7, 8});
   Mirrored<Tensor<float>> mirrored(same);
   const std::string shared = "shared";
@@ -136,7 +137,8 @@ TEST_P(RunTest, CrossReplicaMethodsAreRejectedInsideRun) {
   MirroredStrategy s(cpus(n()));
   auto msgs = s.run([&] {
     const auto per = PerReplica<int>(std::vector<int>(s.num_replicas_in_sync(), 1));
-    const auto tensors = PerReplica<Tensor<float>>(std::vector<Tensor<float>>(s.num_replicas_in_sync(), Tensor<float>{1}));
+    const auto tensors =
+        PerReplica<Tensor<float>>(std::vector<Tensor<float>>(s.num_replicas_in_sync(), Tensor<float>{1}));
     return std::vector<std::string>{
         message_of<FailedPreconditionError>([&] { s.run([] {}); }),
         message_of<FailedPreconditionError>([&] { (void)s.reduce(ReduceOp::SUM, per, std::nullopt); }),
@@ -146,8 +148,10 @@ TEST_P(RunTest, CrossReplicaMethodsAreRejectedInsideRun) {
   });
   for (int r = 0; r < n(); ++r) {
     for (int i = 0; i < 3; ++i)
-      EXPECT_THAT(msgs[r][i], HasSubstr("Method requires being in cross-replica context, use get_replica_context().merge_call()"));
-    EXPECT_THAT(msgs[r][3], HasSubstr("requires cross-replica context, use get_replica_context().all_gather() instead"));
+      EXPECT_THAT(msgs[r][i],
+                  HasSubstr("Method requires being in cross-replica context, use get_replica_context().merge_call()"));
+    EXPECT_THAT(msgs[r][3],
+                HasSubstr("requires cross-replica context, use get_replica_context().all_gather() instead"));
   }
 }
 

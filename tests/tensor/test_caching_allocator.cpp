@@ -125,7 +125,7 @@ TEST(CachingAllocator, OutOfMemoryReleasesTheCacheAndRetries) {
   void* p = a.allocate(4096);
   void* q = a.allocate(4096);
   a.deallocate(p);
-  a.deallocate(q);  // 8192 bytes cached, 1808 free on the device
+  a.deallocate(q);               // 8192 bytes cached, 1808 free on the device
   void* big = a.allocate(8000);  // class 8192: only fits once the cache is gone
   EXPECT_NE(big, nullptr);
   EXPECT_EQ(callbacks, 1);
@@ -163,7 +163,7 @@ TEST(CachingAllocator, ReleaseAndDestructionFreeTheCache) {
     a.release_cached();
     EXPECT_EQ(dev.frees, 3);
     a.deallocate(blocks[3]);
-    a.deallocate(nullptr);               // ignored
+    a.deallocate(nullptr);                   // ignored
     a.deallocate(static_cast<void*>(&dev));  // unknown: ignored
     a.deallocate(blocks[4]);
   }

@@ -66,30 +66,38 @@ TEST_P(DeviceParseTest, StreamsCanonicalForm) {
 INSTANTIATE_TEST_SUITE_P(
     ContractSpellings, DeviceParseTest,
     ::testing::Values(
-        ParseCase{"GPU:0", "/job:localhost/replica:0/task:0/device:GPU:0", "localhost", 0, 0, DeviceType::GPU, 0, "GPU:0"},
-        ParseCase{"gpu:0", "/job:localhost/replica:0/task:0/device:GPU:0", "localhost", 0, 0, DeviceType::GPU, 0, "GPU:0"},
-        ParseCase{"/gpu:0", "/job:localhost/replica:0/task:0/device:GPU:0", "localhost", 0, 0, DeviceType::GPU, 0, "GPU:0"},
-        ParseCase{"/GPU:0", "/job:localhost/replica:0/task:0/device:GPU:0", "localhost", 0, 0, DeviceType::GPU, 0, "GPU:0"},
-        ParseCase{"/device:GPU:0", "/job:localhost/replica:0/task:0/device:GPU:0", "localhost", 0, 0, DeviceType::GPU, 0,
+        ParseCase{"GPU:0", "/job:localhost/replica:0/task:0/device:GPU:0", "localhost", 0, 0, DeviceType::GPU, 0,
                   "GPU:0"},
-        ParseCase{"/job:worker/task:1/cpu:0", "/job:worker/replica:0/task:1/device:CPU:0", "worker", 0, 1, DeviceType::CPU, 0,
-                  "CPU:0"},
-        ParseCase{"/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:0", "localhost",
-                  0, 0, DeviceType::CPU, 0, "CPU:0"},
+        ParseCase{"gpu:0", "/job:localhost/replica:0/task:0/device:GPU:0", "localhost", 0, 0, DeviceType::GPU, 0,
+                  "GPU:0"},
+        ParseCase{"/gpu:0", "/job:localhost/replica:0/task:0/device:GPU:0", "localhost", 0, 0, DeviceType::GPU, 0,
+                  "GPU:0"},
+        ParseCase{"/GPU:0", "/job:localhost/replica:0/task:0/device:GPU:0", "localhost", 0, 0, DeviceType::GPU, 0,
+                  "GPU:0"},
+        ParseCase{"/device:GPU:0", "/job:localhost/replica:0/task:0/device:GPU:0", "localhost", 0, 0, DeviceType::GPU,
+                  0, "GPU:0"},
+        ParseCase{"/job:worker/task:1/cpu:0", "/job:worker/replica:0/task:1/device:CPU:0", "worker", 0, 1,
+                  DeviceType::CPU, 0, "CPU:0"},
+        ParseCase{"/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:0",
+                  "localhost", 0, 0, DeviceType::CPU, 0, "CPU:0"},
         // Further spellings of the same grammar.
-        ParseCase{"CPU:0", "/job:localhost/replica:0/task:0/device:CPU:0", "localhost", 0, 0, DeviceType::CPU, 0, "CPU:0"},
-        ParseCase{"cpu:3", "/job:localhost/replica:0/task:0/device:CPU:3", "localhost", 0, 0, DeviceType::CPU, 3, "CPU:3"},
-        ParseCase{"/CPU:1", "/job:localhost/replica:0/task:0/device:CPU:1", "localhost", 0, 0, DeviceType::CPU, 1, "CPU:1"},
-        ParseCase{"/device:CPU:2", "/job:localhost/replica:0/task:0/device:CPU:2", "localhost", 0, 0, DeviceType::CPU, 2,
-                  "CPU:2"},
-        ParseCase{"GPU:7", "/job:localhost/replica:0/task:0/device:GPU:7", "localhost", 0, 0, DeviceType::GPU, 7, "GPU:7"},
+        ParseCase{"CPU:0", "/job:localhost/replica:0/task:0/device:CPU:0", "localhost", 0, 0, DeviceType::CPU, 0,
+                  "CPU:0"},
+        ParseCase{"cpu:3", "/job:localhost/replica:0/task:0/device:CPU:3", "localhost", 0, 0, DeviceType::CPU, 3,
+                  "CPU:3"},
+        ParseCase{"/CPU:1", "/job:localhost/replica:0/task:0/device:CPU:1", "localhost", 0, 0, DeviceType::CPU, 1,
+                  "CPU:1"},
+        ParseCase{"/device:CPU:2", "/job:localhost/replica:0/task:0/device:CPU:2", "localhost", 0, 0, DeviceType::CPU,
+                  2, "CPU:2"},
+        ParseCase{"GPU:7", "/job:localhost/replica:0/task:0/device:GPU:7", "localhost", 0, 0, DeviceType::GPU, 7,
+                  "GPU:7"},
         ParseCase{"GPU:12", "/job:localhost/replica:0/task:0/device:GPU:12", "localhost", 0, 0, DeviceType::GPU, 12,
                   "GPU:12"},
-        ParseCase{"/job:worker/replica:2/task:3/device:GPU:1", "/job:worker/replica:2/task:3/device:GPU:1", "worker", 2, 3,
-                  DeviceType::GPU, 1, "GPU:1"},
+        ParseCase{"/job:worker/replica:2/task:3/device:GPU:1", "/job:worker/replica:2/task:3/device:GPU:1", "worker", 2,
+                  3, DeviceType::GPU, 1, "GPU:1"},
         ParseCase{"/job:ps/gpu:1", "/job:ps/replica:0/task:0/device:GPU:1", "ps", 0, 0, DeviceType::GPU, 1, "GPU:1"},
-        ParseCase{"/task:2/device:CPU:0", "/job:localhost/replica:0/task:2/device:CPU:0", "localhost", 0, 2, DeviceType::CPU,
-                  0, "CPU:0"}));
+        ParseCase{"/task:2/device:CPU:0", "/job:localhost/replica:0/task:2/device:CPU:0", "localhost", 0, 2,
+                  DeviceType::CPU, 0, "CPU:0"}));
 
 // ---------------------------------------------------------------------------------------------
 // Device::parse — rejected spellings
@@ -110,24 +118,24 @@ TEST_P(DeviceParseErrorTest, ThrowsInvalidArgumentNamingTheSpec) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    BadSpellings, DeviceParseErrorTest,
-    ::testing::Values(
-        // Lower case after `device:`.
-        "/device:gpu:0", "/device:cpu:0",
-        // Unknown attributes / device types.
-        "/foo:1", "/foo:1/cpu:0", "/cpu:0/foo:1", "/device:XPU:0",
-        // Two device types.
-        "/cpu:0/gpu:0", "/gpu:0/gpu:1", "/device:CPU:0/device:GPU:0", "/device:GPU:0/cpu:0",
-        // Non-integer or negative indices.
-        "GPU:x", "GPU:-1", "GPU:1.5", "GPU: 1", "GPU:1a", "/device:GPU:x", "/job:worker/task:x/cpu:0",
-        "/job:worker/replica:-1/cpu:0",
-        // Empty, or a missing part.
-        "", "/", "GPU", "GPU:", "/device:GPU", "/device:GPU:", "/job:worker", "/job:worker/task:1", "/job:/cpu:0",
-        // Extra separators.
-        "GPU:0:1", "/gpu:0/", "//gpu:0",
-        // Repeated attributes.
-        "/job:a/job:b/cpu:0", "/task:1/task:2/cpu:0"));
+INSTANTIATE_TEST_SUITE_P(BadSpellings, DeviceParseErrorTest,
+                         ::testing::Values(
+                             // Lower case after `device:`.
+                             "/device:gpu:0", "/device:cpu:0",
+                             // Unknown attributes / device types.
+                             "/foo:1", "/foo:1/cpu:0", "/cpu:0/foo:1", "/device:XPU:0",
+                             // Two device types.
+                             "/cpu:0/gpu:0", "/gpu:0/gpu:1", "/device:CPU:0/device:GPU:0", "/device:GPU:0/cpu:0",
+                             // Non-integer or negative indices.
+                             "GPU:x", "GPU:-1", "GPU:1.5", "GPU: 1", "GPU:1a", "/device:GPU:x",
+                             "/job:worker/task:x/cpu:0", "/job:worker/replica:-1/cpu:0",
+                             // Empty, or a missing part.
+                             "", "/", "GPU", "GPU:", "/device:GPU", "/device:GPU:", "/job:worker", "/job:worker/task:1",
+                             "/job:/cpu:0",
+                             // Extra separators.
+                             "GPU:0:1", "/gpu:0/", "//gpu:0",
+                             // Repeated attributes.
+                             "/job:a/job:b/cpu:0", "/task:1/task:2/cpu:0"));
 
 TEST(DeviceParse, ErrorMessageSaysWhatIsWrong) {
   EXPECT_THROW(Device::parse("/device:gpu:0"), InvalidArgumentError);
@@ -179,8 +187,8 @@ TEST(Device, TypeIndexConstructor) {
 }
 
 TEST(Device, EqualityAcrossSpellings) {
-  const std::vector<std::string> gpu0 = {"GPU:0",         "gpu:0", "/gpu:0", "/GPU:0",
-                                         "/device:GPU:0", "/job:localhost/replica:0/task:0/device:GPU:0"};
+  const std::vector<std::string> gpu0 = {"GPU:0",  "gpu:0",         "/gpu:0",
+                                         "/GPU:0", "/device:GPU:0", "/job:localhost/replica:0/task:0/device:GPU:0"};
   for (const auto& a : gpu0)
     for (const auto& b : gpu0) EXPECT_EQ(Device::parse(a), Device::parse(b)) << a << " vs " << b;
   EXPECT_EQ(Device::parse("CPU:0"), Device(DeviceType::CPU, 0));
@@ -190,7 +198,7 @@ TEST(Device, EqualityAcrossSpellings) {
 TEST(Device, InequalityOnEveryField) {
   const Device base = Device::parse("/job:worker/replica:1/task:2/device:GPU:3");
   EXPECT_EQ(base, Device::parse("/job:worker/replica:1/task:2/device:GPU:3"));
-  EXPECT_FALSE(base == Device::parse("/job:chief/replica:1/task:2/device:GPU:3"));  // job
+  EXPECT_FALSE(base == Device::parse("/job:chief/replica:1/task:2/device:GPU:3"));   // job
   EXPECT_FALSE(base == Device::parse("/job:worker/replica:0/task:2/device:GPU:3"));  // replica
   EXPECT_FALSE(base == Device::parse("/job:worker/replica:1/task:0/device:GPU:3"));  // task
   EXPECT_FALSE(base == Device::parse("/job:worker/replica:1/task:2/device:CPU:3"));  // type

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "mirrored/detail/format.hpp"
-#include "mirrored/repr.hpp"
 #include "mirrored/distributed_values.hpp"
 #include "mirrored/errors.hpp"
+#include "mirrored/repr.hpp"
 #include "mirrored/tensor.hpp"
 
 namespace mirrored {
@@ -41,9 +41,7 @@ struct FloatCase {
   std::string expected;
 };
 
-void PrintTo(const FloatCase& c, std::ostream* os) {
-  *os << (c.single ? "float32 " : "float64 ") << c.expected;
-}
+void PrintTo(const FloatCase& c, std::ostream* os) { *os << (c.single ? "float32 " : "float64 ") << c.expected; }
 
 class FormatFloatTest : public ::testing::TestWithParam<FloatCase> {};
 
@@ -59,12 +57,13 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 INSTANTIATE_TEST_SUITE_P(
     Doubles, FormatFloatTest,
     ::testing::Values(FloatCase{1.0, false, "1.0"}, FloatCase{0.5, false, "0.5"}, FloatCase{-2.0, false, "-2.0"},
-                      FloatCase{0.1, false, "0.1"}, FloatCase{1e-05, false, "1e-05"}, FloatCase{0.0001, false, "0.0001"},
-                      FloatCase{123456789.0, false, "123456789.0"}, FloatCase{1e16, false, "1e+16"},
-                      FloatCase{1.5e16, false, "1.5e+16"}, FloatCase{1e22, false, "1e+22"},
-                      FloatCase{3.14159, false, "3.14159"}, FloatCase{std::nan(""), false, "nan"},
-                      FloatCase{kInf, false, "inf"}, FloatCase{-kInf, false, "-inf"}, FloatCase{-0.0, false, "-0.0"},
-                      FloatCase{0.0, false, "0.0"}, FloatCase{100.0, false, "100.0"}, FloatCase{2.5e-07, false, "2.5e-07"},
+                      FloatCase{0.1, false, "0.1"}, FloatCase{1e-05, false, "1e-05"},
+                      FloatCase{0.0001, false, "0.0001"}, FloatCase{123456789.0, false, "123456789.0"},
+                      FloatCase{1e16, false, "1e+16"}, FloatCase{1.5e16, false, "1.5e+16"},
+                      FloatCase{1e22, false, "1e+22"}, FloatCase{3.14159, false, "3.14159"},
+                      FloatCase{std::nan(""), false, "nan"}, FloatCase{kInf, false, "inf"},
+                      FloatCase{-kInf, false, "-inf"}, FloatCase{-0.0, false, "-0.0"}, FloatCase{0.0, false, "0.0"},
+                      FloatCase{100.0, false, "100.0"}, FloatCase{2.5e-07, false, "2.5e-07"},
                       FloatCase{9999999999999998.0, false, "9999999999999998.0"}, FloatCase{0.00012, false, "0.00012"},
                       FloatCase{1234.5, false, "1234.5"}, FloatCase{-1e-05, false, "-1e-05"},
                       FloatCase{1.1529215046068470e18, false, "1.152921504606847e+18"},
@@ -72,15 +71,16 @@ INSTANTIATE_TEST_SUITE_P(
                       FloatCase{1.7976931348623157e308, false, "1.7976931348623157e+308"},
                       FloatCase{-123.25, false, "-123.25"}, FloatCase{1e15, false, "1000000000000000.0"}));
 
-INSTANTIATE_TEST_SUITE_P(
-    Float32, FormatFloatTest,
-    ::testing::Values(FloatCase{0.1f, true, "0.1"}, FloatCase{1.0f, true, "1.0"}, FloatCase{0.5f, true, "0.5"},
-                      FloatCase{-2.0f, true, "-2.0"}, FloatCase{3.14159f, true, "3.14159"}, FloatCase{100.0f, true, "100.0"},
-                      FloatCase{1e-05f, true, "1e-05"}, FloatCase{2.5e-07f, true, "2.5e-07"},
-                      FloatCase{1234.5f, true, "1234.5"}, FloatCase{65504.0f, true, "65504.0"},
-                      FloatCase{1e16f, true, "1e+16"}, FloatCase{-0.0f, true, "-0.0"},
-                      FloatCase{std::nan(""), true, "nan"}, FloatCase{kInf, true, "inf"}, FloatCase{-kInf, true, "-inf"},
-                      FloatCase{0.3f, true, "0.3"}, FloatCase{1.0f / 3.0f, true, "0.33333334"}));
+INSTANTIATE_TEST_SUITE_P(Float32, FormatFloatTest,
+                         ::testing::Values(FloatCase{0.1f, true, "0.1"}, FloatCase{1.0f, true, "1.0"},
+                                           FloatCase{0.5f, true, "0.5"}, FloatCase{-2.0f, true, "-2.0"},
+                                           FloatCase{3.14159f, true, "3.14159"}, FloatCase{100.0f, true, "100.0"},
+                                           FloatCase{1e-05f, true, "1e-05"}, FloatCase{2.5e-07f, true, "2.5e-07"},
+                                           FloatCase{1234.5f, true, "1234.5"}, FloatCase{65504.0f, true, "65504.0"},
+                                           FloatCase{1e16f, true, "1e+16"}, FloatCase{-0.0f, true, "-0.0"},
+                                           FloatCase{std::nan(""), true, "nan"}, FloatCase{kInf, true, "inf"},
+                                           FloatCase{-kInf, true, "-inf"}, FloatCase{0.3f, true, "0.3"},
+                                           FloatCase{1.0f / 3.0f, true, "0.33333334"}));
 
 TEST(FormatFloat, SinglePrecisionUsesFloatDigits) {
   // The same double prints with its own (double) shortest digits when not single precision.

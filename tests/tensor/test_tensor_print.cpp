@@ -40,8 +40,7 @@ TEST(TensorPrint, Rank2) {
             "<Tensor: shape=(2, 2), dtype=int32, value=[[1, 2], [3, 4]]>");
   EXPECT_EQ(str(Tensor<float>::from_vector({1, 2, 3, 4, 5, 6}, {3, 2})),
             "<Tensor: shape=(3, 2), dtype=float32, value=[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]>");
-  EXPECT_EQ(str(Tensor<int64_t>::from_vector({1, 2}, {2, 1})),
-            "<Tensor: shape=(2, 1), dtype=int64, value=[[1], [2]]>");
+  EXPECT_EQ(str(Tensor<int64_t>::from_vector({1, 2}, {2, 1})), "<Tensor: shape=(2, 1), dtype=int64, value=[[1], [2]]>");
 }
 
 TEST(TensorPrint, Rank3) {
@@ -72,7 +71,8 @@ TEST(TensorPrint, Float32ShortestDigits) {
 }
 
 TEST(TensorPrint, OnAnotherDeviceSameText) {
-  EXPECT_EQ(str(Tensor<float>::from_vector({1, 2}, {2}, kCpu1)), "<Tensor: shape=(2,), dtype=float32, value=[1.0, 2.0]>");
+  EXPECT_EQ(str(Tensor<float>::from_vector({1, 2}, {2}, kCpu1)),
+            "<Tensor: shape=(2,), dtype=float32, value=[1.0, 2.0]>");
 }
 
 TEST(TensorPrint, DtypeNames) {

@@ -8,13 +8,13 @@
 #include <functional>
 #include <sstream>
 #include <stdexcept>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
-#include "util/log.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/reduce_op.hpp"
+#include "util/log.hpp"
 
 namespace mirrored {
 namespace {
@@ -109,17 +109,13 @@ TEST(Errors, BaseErrorCarriesAnyCode) {
   EXPECT_STREQ(e.what(), "stopped");
 }
 
-TEST(Errors, UnknownCodeName) {
-  EXPECT_STREQ(error_code_name(static_cast<ErrorCode>(999)), "UNKNOWN");
-}
+TEST(Errors, UnknownCodeName) { EXPECT_STREQ(error_code_name(static_cast<ErrorCode>(999)), "UNKNOWN"); }
 
 // ---------------------------------------------------------------------------------------------
 // MIRRORED_ENFORCE / MIRRORED_ENFORCE_EQ / str_cat
 // ---------------------------------------------------------------------------------------------
 
-TEST(StrCat, ConcatenatesStreamables) {
-  EXPECT_EQ(detail::str_cat("a", 1, ' ', 2.5, std::string("z")), "a1 2.5z");
-}
+TEST(StrCat, ConcatenatesStreamables) { EXPECT_EQ(detail::str_cat("a", 1, ' ', 2.5, std::string("z")), "a1 2.5z"); }
 
 TEST(Enforce, PassesSilentlyWhenTrue) {
   EXPECT_NO_THROW(MIRRORED_ENFORCE(1 + 1 == 2, InvalidArgumentError, "unused"));

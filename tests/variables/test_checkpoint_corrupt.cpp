@@ -90,7 +90,8 @@ TEST_F(CheckpointFormat, CorruptHeaderJsonIsRejected) {
   write_file(p, damaged("crc32:", "crc33:"));
   EXPECT_THAT(error_of<InvalidArgumentError>([&] { checkpoint::load(p); }), HasSubstr("expected 'crc32:'"));
   write_file(p, damaged("\"mirrored.format\":\"1\"", "\"mirrored.format\":\"9\""));
-  EXPECT_THAT(error_of<InvalidArgumentError>([&] { checkpoint::load(p); }), HasSubstr("unsupported mirrored.format '9'"));
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] { checkpoint::load(p); }),
+              HasSubstr("unsupported mirrored.format '9'"));
 
   // A header length pointing past the end of the file, and one over the safetensors limit.
   std::string b = bytes;
@@ -147,7 +148,9 @@ TEST_F(CheckpointFormat, MissingNameDtypeAndShapeMismatchNameFileAndTensor) {
   EXPECT_THAT(error_of<NotFoundError>([&] { ck.check("c", DType::float32, {2}); }), HasSubstr("'c'"));
   EXPECT_THAT(error_of<InvalidArgumentError>([&] { ck.get<double>("a"); }),
               AllOf(HasSubstr(p), HasSubstr("tensor 'a': dtype mismatch: the file has float32, expected float64")));
-  EXPECT_THAT(error_of<InvalidArgumentError>([&] { ck.get<int32_t>("b", {3, 2}); }),
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] {
+                ck.get<int32_t>("b", {3, 2});
+              }),
               AllOf(HasSubstr(p), HasSubstr("tensor 'b': shape mismatch: the file has (2, 3), expected (3, 2)")));
   EXPECT_THAT(error_of<InvalidArgumentError>([&] { ck.check("a", DType::float32, {}); }),
               HasSubstr("shape mismatch: the file has (2,), expected ()"));
@@ -157,12 +160,17 @@ TEST_F(CheckpointFormat, MissingNameDtypeAndShapeMismatchNameFileAndTensor) {
 TEST_F(CheckpointFormat, SaveRejectsReservedNamesAndMissingDirectories) {
   const std::string p = file("r.safetensors");
   const auto t = untyped(Tensor<float>{1.0f});
-  EXPECT_THAT(error_of<InvalidArgumentError>([&] { checkpoint::save_tensors(p, {{"__metadata__", t}}); }),
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] {
+                checkpoint::save_tensors(p, {{"__metadata__", t}});
+              }),
               HasSubstr("'__metadata__' cannot be a tensor name"));
-  EXPECT_THAT(error_of<InvalidArgumentError>(
-                  [&] { checkpoint::save_tensors(p, {{"w", t}}, {{"mirrored.checksum", "x"}}); }),
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] {
+                checkpoint::save_tensors(p, {{"w", t}}, {{"mirrored.checksum", "x"}});
+              }),
               HasSubstr("reserved"));
-  EXPECT_THAT(error_of<InvalidArgumentError>([&] { checkpoint::save_tensors(p, {{"bad\xff", t}}); }),
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] {
+                checkpoint::save_tensors(p, {{"bad\xff", t}});
+              }),
               HasSubstr("not valid UTF-8"));
   EXPECT_FALSE(fs::exists(p));
   const std::string nodir = file("missing/dir/x.safetensors");

@@ -141,8 +141,9 @@ TEST_F(CheckpointFormat, ConcurrentSaveToTheSamePathIsRefused) {
   }
   ::close(fd);
   if (locked) {
-    EXPECT_THAT(error_of<FailedPreconditionError>(
-                    [&] { checkpoint::save_tensors(p, {{"w", untyped(Tensor<float>{2.0f})}}); }),
+    EXPECT_THAT(error_of<FailedPreconditionError>([&] {
+                  checkpoint::save_tensors(p, {{"w", untyped(Tensor<float>{2.0f})}});
+                }),
                 AllOf(HasSubstr(p), HasSubstr("another save to this path is in progress")));
     EXPECT_EQ(read_file(p), before);
   }

@@ -56,8 +56,8 @@ TEST_F(CheckpointFormat, RoundTripsEveryDtypeBitExactly) {
   const auto on_cpu1 = Tensor<float>::from_vector({9.0f, 8.0f}, {2}, cpu1);
 
   const std::string p = file("all.safetensors");
-  const checkpoint::Metadata meta{{"step", "1200"},
-                                  {"note", "quotes \" backslash \\ newline \n tab \t ctrl \x01 unicode \xc3\xa9\xe2\x82\xac"}};
+  const checkpoint::Metadata meta{
+      {"step", "1200"}, {"note", "quotes \" backslash \\ newline \n tab \t ctrl \x01 unicode \xc3\xa9\xe2\x82\xac"}};
   checkpoint::save_tensors(p,
                            {{"dense/kernel", untyped(f32)},
                             {"f64", untyped(f64)},
@@ -146,10 +146,9 @@ TEST_F(CheckpointFormat, TinyFileHasTheExactSafetensorsByteLayout) {
 
   // Header JSON: __metadata__ first, then tensors in name order; offsets relative to the data.
   // crc32(00 00 80 3f 00 00 00 40 07) = f52e9182 (Python: zlib.crc32).
-  const std::string json =
-      R"({"__metadata__":{"mirrored.checksum":"crc32:f52e9182","mirrored.format":"1"},)"
-      R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("b":{"dtype":"U8","shape":[],"data_offsets":[8,9]}})";
+  const std::string json = R"({"__metadata__":{"mirrored.checksum":"crc32:f52e9182","mirrored.format":"1"},)"
+                           R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                           R"("b":{"dtype":"U8","shape":[],"data_offsets":[8,9]}})";
   ASSERT_EQ(json.size(), 181u);
   const std::string header = json + "   ";  // padded with spaces to 184, a multiple of 8
 

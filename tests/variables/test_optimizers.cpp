@@ -9,8 +9,8 @@
 namespace mirrored {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::cpus;
+using ::testing::HasSubstr;
 using testing::message_of;
 
 std::vector<float> vec(const Variable<float>& v) { return v.value().to_vector(); }
@@ -91,7 +91,8 @@ TEST_P(DistributedOptimizerTest, GradientsAreSummedAndEveryCopyGetsTheSameUpdate
     }
     // Summed gradient k = n(n+1)/2 per unit; two momentum steps: v1 = -k, v2 = -1.5k; w -= 2.5k.
     const float k = float(n() * (n() + 1) / 2);
-    for (const auto& c : vars[0].components()) EXPECT_EQ(c.to_vector(), (std::vector<float>{100 - 2.5f * k, 200 - 5 * k}));
+    for (const auto& c : vars[0].components())
+      EXPECT_EQ(c.to_vector(), (std::vector<float>{100 - 2.5f * k, 200 - 5 * k}));
     for (const auto& c : vars[1].components()) EXPECT_EQ(c.to_vector(), (std::vector<float>{50 + 2.5f * k}));
     Variable<float> slot = opt.get_slot(vars[0], "momentum");
     EXPECT_TRUE(slot.is_mirrored());
@@ -117,13 +118,18 @@ TEST_P(DistributedOptimizerTest, MisuseIsReported) {
     return Variable<float>(Tensor<float>{1, 1});
   }();
   optimizers::SGD<> opt;
-  EXPECT_THAT(message_of<FailedPreconditionError>([&] { opt.apply_gradients({{Tensor<float>{1, 1}, w}}); }),
+  EXPECT_THAT(message_of<FailedPreconditionError>([&] {
+                opt.apply_gradients({{Tensor<float>{1, 1}, w}});
+              }),
               HasSubstr("must be called inside its run"));
-  EXPECT_EQ(message_of<InvalidArgumentError>([&] { opt.apply_gradients({{Tensor<float>{1}, w}}); }),
+  EXPECT_EQ(message_of<InvalidArgumentError>([&] {
+              opt.apply_gradients({{Tensor<float>{1}, w}});
+            }),
             "apply_gradients: gradient of shape (1,) for variable 'Variable' of shape (2,)");
   Variable<float> plain(Tensor<float>{1, 1});
-  EXPECT_THAT(message_of<FailedPreconditionError>(
-                  [&] { opt.apply_gradients({{Tensor<float>{1, 1}, w}, {Tensor<float>{1, 1}, plain}}); }),
+  EXPECT_THAT(message_of<FailedPreconditionError>([&] {
+                opt.apply_gradients({{Tensor<float>{1, 1}, w}, {Tensor<float>{1, 1}, plain}});
+              }),
               HasSubstr("Mixing different tf.distribute.Strategy objects"));
 }
 
@@ -131,7 +137,8 @@ TEST_P(DistributedOptimizerTest, ComputeAverageLossDividesByTheGlobalBatch) {
   MirroredStrategy s(cpus(n()));
   auto losses = s.run([] {
     Tensor<float> per_example = Tensor<float>{1, 2, 3, 4} + float(id());
-    return std::make_pair(nn::compute_average_loss(per_example).item(), nn::compute_average_loss(per_example, 8).item());
+    return std::make_pair(nn::compute_average_loss(per_example).item(),
+                          nn::compute_average_loss(per_example, 8).item());
   });
   for (int r = 0; r < n(); ++r) {
     EXPECT_EQ(losses[r].first, (10.0f + 4 * r) / float(4 * n()));

@@ -4,14 +4,14 @@
 
 #include <sstream>
 
-#include "harness.hpp"
 #include "collectives/packing.hpp"
+#include "harness.hpp"
 
 namespace mirrored {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::cpus;
+using ::testing::HasSubstr;
 using testing::message_of;
 
 std::string printed(const Variable<float>& v) {
@@ -73,11 +73,13 @@ TEST_P(VariableTest, CreatedInScopeHasOneCopyPerReplicaDevice) {
 TEST_P(VariableTest, OnReadMakesSyncOnReadAndNotTrainable) {
   MirroredStrategy s(cpus(n()));
   auto scope = s.scope();
-  Variable<float> v(0.0f, {.name = "count", .synchronization = VariableSynchronization::ON_READ,
-                           .aggregation = VariableAggregation::SUM});
+  Variable<float> v(
+      0.0f,
+      {.name = "count", .synchronization = VariableSynchronization::ON_READ, .aggregation = VariableAggregation::SUM});
   EXPECT_TRUE(v.is_sync_on_read());
   EXPECT_FALSE(v.trainable());
-  EXPECT_THAT(printed(v), HasSubstr("SyncOnReadVariable:{\n  0: <Variable 'count:0' shape=() dtype=float32, value=0.0>"));
+  EXPECT_THAT(printed(v),
+              HasSubstr("SyncOnReadVariable:{\n  0: <Variable 'count:0' shape=() dtype=float32, value=0.0>"));
   Variable<float> t(0.0f, {.trainable = true, .synchronization = VariableSynchronization::ON_READ});
   EXPECT_TRUE(t.trainable());
 }
@@ -120,7 +122,7 @@ TEST_P(VariableTest, ReplicaWritesFollowTheAggregation) {
                   add = make(VariableAggregation::SUM);
   auto results = s.run([&] {
     const float mine = float(2 * id());
-    return std::vector<float>{none.assign(mine).item(), sum.assign(mine).item(), mean.assign(mine).item(),
+    return std::vector<float>{none.assign(mine).item(),      sum.assign(mine).item(),     mean.assign(mine).item(),
                               first.assign(mine + 7).item(), add.assign_add(mine).item(), none.value().item()};
   });
   std::vector<float> local;
@@ -200,7 +202,9 @@ TEST_P(VariableTest, CreationAndWriteErrors) {
                   [&] { Variable<int32_t> v(1, {.name = "steps", .aggregation = VariableAggregation::MEAN}); }),
               HasSubstr("'steps' of dtype int32 cannot use aggregation MEAN"));
   Variable<float> v(Tensor<float>{1, 2}, {.name = "w"});
-  EXPECT_EQ(message_of<InvalidArgumentError>([&] { v.assign(Tensor<float>{1, 2, 3}); }),
+  EXPECT_EQ(message_of<InvalidArgumentError>([&] {
+              v.assign(Tensor<float>{1, 2, 3});
+            }),
             "Variable 'w'.assign: value of shape (3,) does not match the variable's shape (2,)");
   std::string in_run = s.run([&] {
     auto per = PerReplica<Tensor<float>>(std::vector<Tensor<float>>(n(), Tensor<float>{1, 1}));
@@ -248,9 +252,8 @@ TEST_P(VariableTest, UpdateCallsFnOnEachCopyBypassingAggregation) {
   EXPECT_THAT(names[n() - 1], HasSubstr(detail::component_name("Variable", n() - 1)));
   MirroredStrategy other(cpus(n()));
   EXPECT_THROW(other.extended().update(v, [](Variable<float>&) {}), FailedPreconditionError);
-  auto in_run = s.run([&] {
-    return message_of<FailedPreconditionError>([&] { s.extended().update(v, [](Variable<float>&) {}); });
-  });
+  auto in_run = s.run(
+      [&] { return message_of<FailedPreconditionError>([&] { s.extended().update(v, [](Variable<float>&) {}); }); });
   EXPECT_THAT(in_run[0], HasSubstr("Method requires being in cross-replica context"));
 }
 

@@ -13,12 +13,13 @@
 namespace mirrored {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::cpus;
+using ::testing::HasSubstr;
 using testing::message_of;
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("mirrored_varckpt_" + std::to_string(::getpid()) + "_" + name)).string();
+  return (std::filesystem::temp_directory_path() / ("mirrored_varckpt_" + std::to_string(::getpid()) + "_" + name))
+      .string();
 }
 
 class VariableCheckpointTest : public ::testing::TestWithParam<int> {
@@ -32,8 +33,9 @@ TEST_P(VariableCheckpointTest, RoundTripUpdatesEveryReplicasCopy) {
   auto scope = s.scope();
   Variable<float> w(Tensor<float>::from_vector({1, 2, 3, 4}, {2, 2}), {.name = "w"});
   Variable<int64_t> step(int64_t{41}, {.name = "step"});
-  Variable<double> total(0.0, {.name = "total", .synchronization = VariableSynchronization::ON_READ,
-                               .aggregation = VariableAggregation::SUM});
+  Variable<double> total(
+      0.0,
+      {.name = "total", .synchronization = VariableSynchronization::ON_READ, .aggregation = VariableAggregation::SUM});
   total.assign(12.0);  // stored as 12/N per copy; reads back as 12
   checkpoint::save(path, {{"w", w}, {"step", step}, {"total", total}});
   w.assign(Tensor<float>::zeros({2, 2}));
@@ -58,10 +60,14 @@ TEST_P(VariableCheckpointTest, FailedRestoreChangesNothing) {
   Variable<float> wrong_shape(Tensor<float>{0, 0, 0}, {.name = "b3"});
   Variable<double> wrong_dtype(Tensor<double>{0}, {.name = "bd"});
   // "a" would be restorable, but "b" is not: nothing may change.
-  EXPECT_THAT(message_of<InvalidArgumentError>([&] { checkpoint::restore(path, {{"a", a}, {"b", wrong_shape}}); }),
+  EXPECT_THAT(message_of<InvalidArgumentError>([&] {
+                checkpoint::restore(path, {{"a", a}, {"b", wrong_shape}});
+              }),
               HasSubstr("b"));
   EXPECT_THROW(checkpoint::restore(path, {{"a", a}, {"b", wrong_dtype}}), InvalidArgumentError);
-  EXPECT_THAT(message_of<NotFoundError>([&] { checkpoint::restore(path, {{"a", a}, {"missing", b}}); }),
+  EXPECT_THAT(message_of<NotFoundError>([&] {
+                checkpoint::restore(path, {{"a", a}, {"missing", b}});
+              }),
               HasSubstr("missing"));
   for (const auto& c : a.components()) EXPECT_EQ(c.to_vector(), (std::vector<float>{7, 7}));
   // A corrupted file is rejected, also without changes.

@@ -16,14 +16,14 @@
 #include <vector>
 
 #include "mirrored/data/detail/batch.hpp"
-#include "mirrored/data/element.hpp"
 #include "mirrored/data/detail/node.hpp"
-#include "mirrored/data/options.hpp"
 #include "mirrored/data/detail/prefetch.hpp"
 #include "mirrored/data/detail/shuffle.hpp"
 #include "mirrored/data/detail/sources.hpp"
-#include "mirrored/data/tensor_spec.hpp"
 #include "mirrored/data/detail/transforms.hpp"
+#include "mirrored/data/element.hpp"
+#include "mirrored/data/options.hpp"
+#include "mirrored/data/tensor_spec.hpp"
 #include "mirrored/errors.hpp"
 
 namespace mirrored::data {

@@ -60,16 +60,14 @@ class DeviceBackend {
   /// Sets `count` elements of `dst` to `*value` (a host pointer to one element of `dtype`).
   virtual void fill(DType dtype, void* dst, int64_t count, const void* value) = 0;
   /// `out[i] = a[i or 0] op b[i or 0]`; a scalar operand is broadcast (its index is always 0).
-  virtual void binary(BinaryOp op, DType dtype, const void* a, bool a_scalar, const void* b,
-                      bool b_scalar, void* out, int64_t count) = 0;
+  virtual void binary(BinaryOp op, DType dtype, const void* a, bool a_scalar, const void* b, bool b_scalar, void* out,
+                      int64_t count) = 0;
   /// `out[i] = in[0][i] + in[1][i] + ... + in[n-1][i]`, summed in that order so that results are
   /// bitwise reproducible. `out` may alias any input.
-  virtual void sum_n(DType dtype, const void* const* inputs, int num_inputs, void* out,
-                     int64_t count) = 0;
+  virtual void sum_n(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count) = 0;
   /// Sums along the middle axis of a `[outer, length, inner]` row-major array into `[outer, inner]`,
   /// in index order (`length` may be 0: the result is then zeros).
-  virtual void sum_axis(DType dtype, const void* in, int64_t outer, int64_t length, int64_t inner,
-                        void* out) = 0;
+  virtual void sum_axis(DType dtype, const void* in, int64_t outer, int64_t length, int64_t inner, void* out) = 0;
   /// `inout[i] /= divisor` (integer types divide and truncate).
   virtual void divide(DType dtype, void* inout, int64_t count, int64_t divisor) = 0;
   /// Converts `count` elements from `src_dtype` to `dst_dtype` (as `static_cast` does).
@@ -83,8 +81,7 @@ class DeviceBackend {
 DeviceBackend& backend_for(const Device& device);
 
 /// Copies `bytes` bytes between any two devices (host staging where needed). Complete on return.
-void copy_between(void* dst, const Device& dst_device, const void* src, const Device& src_device,
-                  std::size_t bytes);
+void copy_between(void* dst, const Device& dst_device, const void* src, const Device& src_device, std::size_t bytes);
 
 /// `copy_between` for the input pipeline: a host-to-device copy into a freshly allocated `dst`
 /// goes through `prefetch_from_host` (off the device's main stream); anything else is

@@ -18,11 +18,16 @@ std::string format_float(double value, bool single_precision);
 /// One element as numpy prints it inside an array (floats like Python floats, ints plainly).
 template <class T>
 std::string format_element(T v) {
-  if constexpr (std::is_same_v<T, float>) return format_float(v, true);
-  else if constexpr (std::is_floating_point_v<T>) return format_float(v, false);
-  else if constexpr (std::is_same_v<T, bool>) return v ? "True" : "False";
-  else if constexpr (std::is_signed_v<T>) return std::to_string(static_cast<long long>(v));
-  else return std::to_string(static_cast<unsigned long long>(v));
+  if constexpr (std::is_same_v<T, float>)
+    return format_float(v, true);
+  else if constexpr (std::is_floating_point_v<T>)
+    return format_float(v, false);
+  else if constexpr (std::is_same_v<T, bool>)
+    return v ? "True" : "False";
+  else if constexpr (std::is_signed_v<T>)
+    return std::to_string(static_cast<long long>(v));
+  else
+    return std::to_string(static_cast<unsigned long long>(v));
 }
 
 /// `()`, `(2,)`, `(4, 1)`.

@@ -22,8 +22,7 @@ struct scalar_element {
   static_assert(std::is_arithmetic_v<S> && !std::is_same_v<S, bool>, "not a numeric scalar");
   using type = std::conditional_t<
       std::is_floating_point_v<S>, std::conditional_t<(sizeof(S) <= 4), float, double>,
-      std::conditional_t<std::is_same_v<S, uint8_t>, uint8_t,
-                         std::conditional_t<(sizeof(S) <= 4), int32_t, int64_t>>>;
+      std::conditional_t<std::is_same_v<S, uint8_t>, uint8_t, std::conditional_t<(sizeof(S) <= 4), int32_t, int64_t>>>;
 };
 template <class S>
 using scalar_element_t = typename scalar_element<S>::type;
@@ -50,53 +49,75 @@ struct is_tuple<std::tuple<Xs...>> : std::true_type {};
 template <class X>
 struct leaf_element;
 template <class T>
-struct leaf_element<Tensor<T>> { using type = T; };
+struct leaf_element<Tensor<T>> {
+  using type = T;
+};
 template <class X>
-  requires is_scalar_leaf_v<X>
-struct leaf_element<X> { using type = scalar_element_t<X>; };
+requires is_scalar_leaf_v<X>
+struct leaf_element<X> {
+  using type = scalar_element_t<X>;
+};
 
 /// The nest `X` with every leaf's element type replaced by `R` (unchanged when `R` is void).
 template <class X, class R>
 struct rebind_nest;
 template <class X>
-struct rebind_nest<X, void> { using type = X; };
+struct rebind_nest<X, void> {
+  using type = X;
+};
 template <class T, class R>
-  requires(!std::is_void_v<R>)
-struct rebind_nest<Tensor<T>, R> { using type = Tensor<R>; };
+requires(!std::is_void_v<R>) struct rebind_nest<Tensor<T>, R> {
+  using type = Tensor<R>;
+};
 template <class X, class R>
-  requires(!std::is_void_v<R> && is_scalar_leaf_v<X>)
-struct rebind_nest<X, R> { using type = R; };
+requires(!std::is_void_v<R> && is_scalar_leaf_v<X>) struct rebind_nest<X, R> {
+  using type = R;
+};
 template <class X, class A, class R>
-  requires(!std::is_void_v<R>)
-struct rebind_nest<std::vector<X, A>, R> { using type = std::vector<typename rebind_nest<X, R>::type>; };
+requires(!std::is_void_v<R>) struct rebind_nest<std::vector<X, A>, R> {
+  using type = std::vector<typename rebind_nest<X, R>::type>;
+};
 template <class X, class C, class A, class R>
-  requires(!std::is_void_v<R>)
-struct rebind_nest<std::map<std::string, X, C, A>, R> {
+requires(!std::is_void_v<R>) struct rebind_nest<std::map<std::string, X, C, A>, R> {
   using type = std::map<std::string, typename rebind_nest<X, R>::type>;
 };
 template <class... Xs, class R>
-  requires(!std::is_void_v<R>)
-struct rebind_nest<std::tuple<Xs...>, R> { using type = std::tuple<typename rebind_nest<Xs, R>::type...>; };
+requires(!std::is_void_v<R>) struct rebind_nest<std::tuple<Xs...>, R> {
+  using type = std::tuple<typename rebind_nest<Xs, R>::type...>;
+};
 template <class X, class R>
 using rebind_nest_t = typename rebind_nest<X, R>::type;
 
 /// True when `X` is a leaf or a vector/tuple/string-map nest of leaves.
 template <class X>
 constexpr bool is_nest() {
-  if constexpr (is_leaf_v<X>) return true;
-  else if constexpr (is_vector<X>::value) return is_nest<typename X::value_type>();
-  else if constexpr (is_string_map<X>::value) return is_nest<typename X::mapped_type>();
-  else if constexpr (is_tuple<X>::value) return []<class... Xs>(std::type_identity<std::tuple<Xs...>>) { return (is_nest<Xs>() && ...); }(std::type_identity<X>{});
-  else return false;
+  if constexpr (is_leaf_v<X>)
+    return true;
+  else if constexpr (is_vector<X>::value)
+    return is_nest<typename X::value_type>();
+  else if constexpr (is_string_map<X>::value)
+    return is_nest<typename X::mapped_type>();
+  else if constexpr (is_tuple<X>::value)
+    return []<class... Xs>(std::type_identity<std::tuple<Xs...>>) {
+      return (is_nest<Xs>() && ...);
+    }(std::type_identity<X>{});
+  else
+    return false;
 }
 
 /// True when any leaf of `X` holds integers.
 template <class X>
 constexpr bool nest_has_integer_leaf() {
-  if constexpr (is_leaf_v<X>) return !std::is_floating_point_v<typename leaf_element<X>::type>;
-  else if constexpr (is_vector<X>::value) return nest_has_integer_leaf<typename X::value_type>();
-  else if constexpr (is_string_map<X>::value) return nest_has_integer_leaf<typename X::mapped_type>();
-  else return []<class... Xs>(std::type_identity<std::tuple<Xs...>>) { return (nest_has_integer_leaf<Xs>() || ...); }(std::type_identity<X>{});
+  if constexpr (is_leaf_v<X>)
+    return !std::is_floating_point_v<typename leaf_element<X>::type>;
+  else if constexpr (is_vector<X>::value)
+    return nest_has_integer_leaf<typename X::value_type>();
+  else if constexpr (is_string_map<X>::value)
+    return nest_has_integer_leaf<typename X::mapped_type>();
+  else
+    return []<class... Xs>(std::type_identity<std::tuple<Xs...>>) {
+      return (nest_has_integer_leaf<Xs>() || ...);
+    }(std::type_identity<X>{});
 }
 
 /// Appends the leaves of `x` in depth-first order (numbers become rank-0 host tensors) and a
@@ -143,7 +164,8 @@ Target unflatten(const Source& source, const std::vector<UntypedTensor>& leaves,
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
       // Braced init keeps the depth-first order of evaluation.
       return Target{unflatten<std::tuple_element_t<I, Target>>(std::get<I>(source), leaves, i)...};
-    }(std::make_index_sequence<std::tuple_size_v<Target>>{});
+    }
+    (std::make_index_sequence<std::tuple_size_v<Target>>{});
   }
 }
 

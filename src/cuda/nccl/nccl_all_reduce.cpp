@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "collectives/collective_helpers.hpp"
-#include "gpu/logical_gpus.hpp"
-#include "cuda/cuda_backend.hpp"
-#include "mirrored/cross_device_ops.hpp"
 #include "collectives/ops_selection.hpp"
-#include "mirrored/errors.hpp"
+#include "cuda/cuda_backend.hpp"
 #include "cuda/nccl/nccl_comms.hpp"
+#include "gpu/logical_gpus.hpp"
+#include "mirrored/cross_device_ops.hpp"
+#include "mirrored/errors.hpp"
 
 namespace mirrored {
 
@@ -29,9 +29,9 @@ using detail::CudaBackend;
 using detail::str_cat;
 using detail::UntypedTensor;
 using detail::nccl::Comms;
-using detail::nccl::Limits;
 using detail::nccl::create_comms;
 using detail::nccl::enqueue_group;
+using detail::nccl::Limits;
 using detail::nccl::nccl_type;
 using detail::nccl::wait_for_completion;
 
@@ -46,8 +46,8 @@ struct NcclAllReduce::Impl {
 
   // The communicators of these replica GPUs: the current ones, or new ones made by the first
   // replica to get here (the others find them ready).
-  std::shared_ptr<Comms> acquire(const std::vector<int>& logical, const std::vector<int>& physical,
-                                 double timeout_s, bool run_aborted) {
+  std::shared_ptr<Comms> acquire(const std::vector<int>& logical, const std::vector<int>& physical, double timeout_s,
+                                 bool run_aborted) {
     std::lock_guard lock(mu);
     if (current && !current->aborted && current->logical == logical) return current;
     MIRRORED_ENFORCE(!run_aborted, AbortedError, "NcclAllReduce: the run was aborted because another replica failed");
@@ -237,16 +237,15 @@ void NcclAllReduce::all_reduce(ReduceOp op, CollectiveStep& step) {
   const auto packs = detail::plan_nccl_packs(described, num_packs_);
   RankPacks rank(be, packs, ins, outs);
   const Limits limits{step.timeout_seconds(), &step};
-  enqueue_group(*comms, {me}, limits, "all_reduce",
-                [&](int, ncclComm_t comm) { return rank.enqueue(op, n, comm); });
+  enqueue_group(*comms, {me}, limits, "all_reduce", [&](int, ncclComm_t comm) { return rank.enqueue(op, n, comm); });
   rank.finish(op, n);
   be.check(cudaEventRecord(comms->done[me], be.stream()), "cudaEventRecord");
   wait_for_completion(*comms, me, be, limits, "all_reduce");
 }
 
 bool NcclAllReduce::batch_all_reduce(ReduceOp op, const std::vector<std::vector<UntypedTensor>>& inputs,
-                                     const std::vector<Device>& devices, std::vector<std::vector<UntypedTensor>>& outputs,
-                                     double timeout_s) {
+                                     const std::vector<Device>& devices,
+                                     std::vector<std::vector<UntypedTensor>>& outputs, double timeout_s) {
   const int n = static_cast<int>(devices.size());
   if (n < 2 || inputs.empty()) return false;
   // Only replicas on distinct physical GPUs with every input on its replica's GPU; anything else
@@ -293,9 +292,8 @@ bool NcclAllReduce::batch_all_reduce(ReduceOp op, const std::vector<std::vector<
     std::vector<int> all(static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r) all[static_cast<std::size_t>(r)] = r;
     const Limits limits{timeout_s};
-    enqueue_group(*comms, all, limits, "batch_all_reduce", [&](int r, ncclComm_t comm) {
-      return ranks[static_cast<std::size_t>(r)]->enqueue(op, n, comm);
-    });
+    enqueue_group(*comms, all, limits, "batch_all_reduce",
+                  [&](int r, ncclComm_t comm) { return ranks[static_cast<std::size_t>(r)]->enqueue(op, n, comm); });
     for (int r = 0; r < n; ++r) {
       CudaBackend& be = ranks[static_cast<std::size_t>(r)]->backend();
       detail::CudaDeviceGuard guard(be.physical(), be.device());
@@ -379,11 +377,12 @@ void NcclAllReduce::all_gather(int axis, CollectiveStep& step) {
       // Interleave the broadcast parts into the output rows.
       for (int root = 0; root < n; ++root) {
         if (row[root] == 0) continue;
-        be.check(cudaMemcpy2DAsync(static_cast<unsigned char*>(out.data()) + offset[root] * elem,
-                                   static_cast<std::size_t>(out_row) * elem, staged[root].data(),
-                                   static_cast<std::size_t>(row[root]) * elem, static_cast<std::size_t>(row[root]) * elem,
-                                   static_cast<std::size_t>(outer), cudaMemcpyDeviceToDevice, be.stream()),
-                 "cudaMemcpy2DAsync");
+        be.check(
+            cudaMemcpy2DAsync(static_cast<unsigned char*>(out.data()) + offset[root] * elem,
+                              static_cast<std::size_t>(out_row) * elem, staged[root].data(),
+                              static_cast<std::size_t>(row[root]) * elem, static_cast<std::size_t>(row[root]) * elem,
+                              static_cast<std::size_t>(outer), cudaMemcpyDeviceToDevice, be.stream()),
+            "cudaMemcpy2DAsync");
       }
     }
     be.check(cudaEventRecord(comms->done[me], be.stream()), "cudaEventRecord");

@@ -39,10 +39,8 @@ class Poll {
   switch (r) {
     case ncclSystemError:
     case ncclRemoteError:
-    case ncclUnhandledCudaError:
-      throw UnavailableError(message);
-    default:
-      throw InternalError(message);
+    case ncclUnhandledCudaError: throw UnavailableError(message);
+    default: throw InternalError(message);
   }
 }
 
@@ -57,7 +55,8 @@ ncclDataType_t nccl_type(DType d) {
   return ncclUint8;
 }
 
-std::shared_ptr<Comms> create_comms(const std::vector<int>& logical, const std::vector<int>& physical, double timeout_s) {
+std::shared_ptr<Comms> create_comms(const std::vector<int>& logical, const std::vector<int>& physical,
+                                    double timeout_s) {
   const int n = static_cast<int>(logical.size());
   auto c = std::make_shared<Comms>();
   c->logical = logical;
@@ -204,10 +203,10 @@ void wait_enqueued(Comms& c, int me, const Limits& limits, const char* what) {
     }
     if (limits.aborted() || Clock::now() > deadline) {
       c.abort();
-      if (limits.aborted()) throw AbortedError(str_cat("NcclAllReduce::", what, " on replica ", me, ": another replica failed"));
-      throw DeadlineExceededError(str_cat("NcclAllReduce::", what, " on replica ", me,
-                                          " could not be enqueued within ", limits.timeout_s,
-                                          " s; the NCCL communicators were aborted"));
+      if (limits.aborted())
+        throw AbortedError(str_cat("NcclAllReduce::", what, " on replica ", me, ": another replica failed"));
+      throw DeadlineExceededError(str_cat("NcclAllReduce::", what, " on replica ", me, " could not be enqueued within ",
+                                          limits.timeout_s, " s; the NCCL communicators were aborted"));
     }
     poll.pause();
   }

@@ -65,7 +65,8 @@ struct Comms {
 /// Creates and initialises the communicators of these replica GPUs (rank r on `logical[r]`, which
 /// lives on `physical[r]`) within `timeout_s`. \throws DeadlineExceededError past it (having
 /// aborted them), the NCCL error of a failed initialisation.
-std::shared_ptr<Comms> create_comms(const std::vector<int>& logical, const std::vector<int>& physical, double timeout_s);
+std::shared_ptr<Comms> create_comms(const std::vector<int>& logical, const std::vector<int>& physical,
+                                    double timeout_s);
 
 // What a wait observes: its deadline, and for a replica-context collective the run's abort signal
 // (another replica failed). A cross-replica call has no step.
@@ -106,7 +107,8 @@ void enqueue_group(Comms& c, const std::vector<int>& ranks, const Limits& limits
       }
     }
     res = ncclGroupEnd();
-    if (called != ncclSuccess && called != ncclInProgress) throw_nccl_error(called, what, c.where(failed), c.comms[failed]);
+    if (called != ncclSuccess && called != ncclInProgress)
+      throw_nccl_error(called, what, c.where(failed), c.comms[failed]);
     if (res != ncclSuccess && res != ncclInProgress)
       throw_nccl_error(res, "ncclGroupEnd", c.where(ranks.front()), c.comms[ranks.front()]);
   }
