@@ -137,6 +137,23 @@ TEST(FormatValues, NestedLists) {
   EXPECT_EQ(detail::format_values(f, {2}), "[0.5, 1.0]");
 }
 
+TEST(Format, ValuesAboveTheThresholdAreSummarisedLikeNumpy) {
+  std::vector<int64_t> v(2500);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(i);
+  // 1000 elements: printed whole (numpy summarises only above its threshold).
+  const std::string whole = detail::format_values(v.data(), {1000});
+  EXPECT_EQ(whole.substr(0, 10), "[0, 1, 2, ");
+  EXPECT_EQ(whole.find("..."), std::string::npos);
+  EXPECT_EQ(detail::format_values(v.data(), {1001}), "[0, 1, 2, ..., 998, 999, 1000]");
+  EXPECT_EQ(detail::format_values(v.data(), {50, 50}),
+            "[[0, 1, 2, ..., 47, 48, 49], [50, 51, 52, ..., 97, 98, 99], [100, 101, 102, ..., 147, 148, 149], ..., "
+            "[2350, 2351, 2352, ..., 2397, 2398, 2399], [2400, 2401, 2402, ..., 2447, 2448, 2449], "
+            "[2450, 2451, 2452, ..., 2497, 2498, 2499]]");
+  // Short dimensions of a summarised array stay whole.
+  EXPECT_EQ(detail::format_values(v.data(), {2, 1250}).substr(0, 26), "[[0, 1, 2, ..., 1247, 1248");
+  EXPECT_EQ(detail::format_values(v.data(), {1250, 2}), "[[0, 1], [2, 3], [4, 5], ..., [2494, 2495], [2496, 2497], [2498, 2499]]");
+}
+
 // ---------------------------------------------------------------------------------------------
 // repr
 // ---------------------------------------------------------------------------------------------

@@ -102,5 +102,15 @@ TEST(TensorTraits, IsTensor) {
   SUCCEED();
 }
 
+TEST(TensorPrint, LargeTensorsAreSummarised) {
+  // A million elements print as numpy prints them: a few hundred bytes, not megabytes.
+  const std::string text = str(Tensor<float>::zeros({1000, 1000}));
+  EXPECT_EQ(text,
+            "<Tensor: shape=(1000, 1000), dtype=float32, value=[[0.0, 0.0, 0.0, ..., 0.0, 0.0, 0.0], "
+            "[0.0, 0.0, 0.0, ..., 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, ..., 0.0, 0.0, 0.0], ..., "
+            "[0.0, 0.0, 0.0, ..., 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, ..., 0.0, 0.0, 0.0], "
+            "[0.0, 0.0, 0.0, ..., 0.0, 0.0, 0.0]]>");
+}
+
 }  // namespace
 }  // namespace mirrored

@@ -33,18 +33,45 @@ std::string format_element(T v) {
 /// `()`, `(2,)`, `(4, 1)`.
 std::string format_shape(const Shape& shape);
 
-/// Nested-list rendering of row-major values: `1.0`, `[1.0, 2.0]`, `[[1], [2]]`.
+/// Arrays of more than this many elements print summarised, like numpy's (`threshold`).
+inline constexpr int64_t kPrintThreshold = 1000;
+/// A summarised dimension longer than twice this prints its first and last this many items.
+inline constexpr int64_t kPrintEdgeItems = 3;
+
+/// Appends the nested-list rendering of the row-major `values` of `shape` from dimension `dim`;
+/// with `summarize`, long dimensions show their edge items around `...`.
 template <class T>
-std::string format_values(const T* values, const Shape& shape, std::size_t dim = 0) {
-  if (dim == shape.size()) return format_element(*values);
-  std::string out = "[";
+void append_values(std::string& out, const T* values, const Shape& shape, std::size_t dim, bool summarize) {
+  if (dim == shape.size()) {
+    out += format_element(*values);
+    return;
+  }
   int64_t stride = 1;
   for (std::size_t d = dim + 1; d < shape.size(); ++d) stride *= shape[d];
-  for (int64_t i = 0; i < shape[dim]; ++i) {
+  const int64_t n = shape[dim];
+  const bool cut = summarize && n > 2 * kPrintEdgeItems;
+  out += '[';
+  for (int64_t i = 0; i < n; ++i) {
+    if (cut && i == kPrintEdgeItems) {
+      out += ", ...";
+      i = n - kPrintEdgeItems - 1;
+      continue;
+    }
     if (i) out += ", ";
-    out += format_values(values + i * stride, shape, dim + 1);
+    append_values(out, values + i * stride, shape, dim + 1, summarize);
   }
-  return out + "]";
+  out += ']';
+}
+
+/// Nested-list rendering of row-major values: `1.0`, `[1.0, 2.0]`, `[[1], [2]]`. More than
+/// `kPrintThreshold` elements are summarised as numpy does: `[0, 1, 2, ..., 997, 998, 999]`.
+template <class T>
+std::string format_values(const T* values, const Shape& shape) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  std::string out;
+  append_values(out, values, shape, 0, numel > kPrintThreshold);
+  return out;
 }
 
 /// Number of elements of a shape (1 for rank 0). \throws InvalidArgumentError on a negative dim.
