@@ -19,6 +19,13 @@ std::vector<Device> resolve_devices(const std::vector<std::string>& specs) {
   devices.reserve(specs.size());
   for (std::size_t i = 0; i < specs.size(); ++i) {
     Device d = Device::parse(specs[i]);
+    // Another job or task is another process: running it here "locally" would silently train a
+    // different model than the user asked for.
+    MIRRORED_ENFORCE(d.job() == "localhost" && d.task() == 0 && d.replica() == 0, InvalidArgumentError,
+                     "MirroredStrategy: device '", specs[i], "' names job '", d.job(), "', replica ", d.replica(),
+                     ", task ", d.task(),
+                     "; MirroredStrategy runs every replica in this process (job 'localhost', replica 0, task 0). "
+                     "To train across several workers use MultiWorkerMirroredStrategy (docs/multi_worker.md)");
     for (std::size_t j = 0; j < devices.size(); ++j) {
       MIRRORED_ENFORCE(!(devices[j] == d), InvalidArgumentError, "No duplicates allowed in `devices` argument: '",
                        specs[j], "' and '", specs[i], "' both name ", d.to_string());

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gtest_util.hpp"
 #include "mirrored/device.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/mirrored_strategy.hpp"
@@ -335,6 +336,19 @@ TEST(MirroredStrategyDevices, DuplicatesAfterCanonicalisationAreRejected) {
     EXPECT_THAT(e.what(), HasSubstr("No duplicates allowed in `devices` argument"));
   }
   EXPECT_THROW(MirroredStrategy({"CPU:1", "/job:localhost/replica:0/task:0/device:CPU:1"}), InvalidArgumentError);
+}
+
+TEST(MirroredStrategyDevices, AnotherJobOrTaskIsRejected) {
+  for (const char* spec : {"/job:ps/task:3/device:CPU:1", "/job:worker/task:0/cpu:0", "/job:localhost/task:1/cpu:0",
+                           "/job:localhost/replica:1/task:0/device:CPU:0"}) {
+    const std::string msg = mirrored::testing::error_of<InvalidArgumentError>([&] {
+      MirroredStrategy s({"CPU:0", spec});
+    });
+    EXPECT_THAT(msg, ::testing::HasSubstr(std::string("device '") + spec + "'")) << spec;
+    EXPECT_THAT(msg, ::testing::HasSubstr("MultiWorkerMirroredStrategy")) << spec;
+  }
+  MirroredStrategy local({"/job:localhost/replica:0/task:0/device:CPU:0", "/cpu:1"});
+  EXPECT_EQ(local.num_replicas_in_sync(), 2);
   EXPECT_THROW(MirroredStrategy({"CPU:0", "CPU:1", "cpu:0"}), InvalidArgumentError);
 }
 
