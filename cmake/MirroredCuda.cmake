@@ -11,6 +11,12 @@ elseif(NOT _mirrored_cuda_req STREQUAL "AUTO")
   message(FATAL_ERROR "MIRRORED_ENABLE_CUDA must be ON, OFF or AUTO (got '${MIRRORED_ENABLE_CUDA}')")
 endif()
 
+# AUTO in a project that embeds mirrored (add_subdirectory, FetchContent) means OFF: a CPU-only
+# consumer must not link libcudart and NCCL just because nvcc is on PATH. It can set ON.
+if(_mirrored_cuda_req STREQUAL "AUTO" AND NOT PROJECT_IS_TOP_LEVEL)
+  set(_mirrored_cuda_req OFF)
+endif()
+
 set(MIRRORED_HAVE_CUDA OFF)
 set(MIRRORED_HAVE_NCCL OFF)
 if(NOT _mirrored_cuda_req STREQUAL "OFF")

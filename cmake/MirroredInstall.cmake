@@ -12,6 +12,20 @@ install(TARGETS mirrored
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/mirrored" DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES "${PROJECT_BINARY_DIR}/include/mirrored/config.hpp" DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mirrored)
 install(EXPORT mirroredTargets NAMESPACE mirrored:: DESTINATION ${MIRRORED_CONFIG_INSTALL_DIR})
+install(FILES "${PROJECT_SOURCE_DIR}/LICENSE" DESTINATION ${CMAKE_INSTALL_DOCDIR})
+
+# pkg-config, for builds without CMake. A static library lists what it links privately.
+set(MIRRORED_PC_LIBS_PRIVATE "-pthread")
+if(MIRRORED_HAVE_CUDA)
+  string(APPEND MIRRORED_PC_LIBS_PRIVATE " -L${CUDAToolkit_LIBRARY_DIR} -lcudart")
+endif()
+if(MIRRORED_HAVE_NCCL)
+  string(APPEND MIRRORED_PC_LIBS_PRIVATE " -L${MIRRORED_NCCL_LIBRARY_DIR} -lnccl")
+endif()
+# Relocatable: the prefix is found from where the .pc file lies (`cmake --install --prefix` works).
+file(RELATIVE_PATH MIRRORED_PC_PREFIX_FROM_PCDIR "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
+configure_file("${PROJECT_SOURCE_DIR}/cmake/mirrored.pc.in" "${PROJECT_BINARY_DIR}/mirrored.pc" @ONLY)
+install(FILES "${PROJECT_BINARY_DIR}/mirrored.pc" DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 # mirrored::eigen (only <mirrored/eigen.hpp> needs Eigen) in an export set of its own: the package
 # config loads it when the consumer's machine has Eigen.
@@ -37,7 +51,8 @@ configure_package_config_file(
 write_basic_package_version_file(
   "${PROJECT_BINARY_DIR}/mirroredConfigVersion.cmake"
   VERSION ${PROJECT_VERSION}
-  COMPATIBILITY SameMajorVersion)
+  # 0.x: a minor version may break compatibility, so 0.1 satisfies only requests for 0.1.
+  COMPATIBILITY SameMinorVersion)
 install(FILES
   "${PROJECT_BINARY_DIR}/mirroredConfig.cmake"
   "${PROJECT_BINARY_DIR}/mirroredConfigVersion.cmake"

@@ -1,6 +1,6 @@
 # Builds and runs tests/consumer against mirrored in one of three ways.
 #
-#   cmake -DMODE=find_package|find_package_without_eigen|add_subdirectory|fetchcontent
+#   cmake -DMODE=find_package|find_package_without_eigen|pkg_config|add_subdirectory|fetchcontent
 #         -DCONSUMER_SOURCE_DIR=<mirrored>/tests/consumer
 #         -DWORK_DIR=<scratch dir, distinct per mode>
 #         -DMIRRORED_SOURCE_DIR=<mirrored source tree>
@@ -14,7 +14,7 @@ foreach(var MODE CONSUMER_SOURCE_DIR WORK_DIR MIRRORED_SOURCE_DIR)
     message(FATAL_ERROR "run_consumer.cmake: -D${var}=... is required")
   endif()
 endforeach()
-if(NOT MODE MATCHES "^(find_package|find_package_without_eigen|add_subdirectory|fetchcontent)$")
+if(NOT MODE MATCHES "^(find_package|find_package_without_eigen|pkg_config|add_subdirectory|fetchcontent)$")
   message(FATAL_ERROR "run_consumer.cmake: unknown MODE '${MODE}'")
 endif()
 
@@ -32,6 +32,32 @@ set(prefix_dir "${WORK_DIR}/prefix")
 set(config_args "")
 if(DEFINED CONFIG AND NOT CONFIG STREQUAL "")
   set(config_args --config "${CONFIG}")
+endif()
+
+if(MODE STREQUAL "pkg_config")
+  # A build without CMake: install, then compile the consumer with what pkg-config says.
+  file(REMOVE_RECURSE "${prefix_dir}" "${build_dir}")
+  file(MAKE_DIRECTORY "${build_dir}")
+  run_step("install" "${CMAKE_COMMAND}" --install "${MIRRORED_BINARY_DIR}" --prefix "${prefix_dir}" ${config_args})
+  file(GLOB_RECURSE pc_files "${prefix_dir}/*/mirrored.pc")
+  if(NOT pc_files)
+    message(FATAL_ERROR "[consumer.pkg_config] no mirrored.pc installed under ${prefix_dir}")
+  endif()
+  list(GET pc_files 0 pc_file)
+  get_filename_component(pc_dir "${pc_file}" DIRECTORY)
+  find_program(PKG_CONFIG_EXECUTABLE NAMES pkg-config pkgconf REQUIRED)
+  set(ENV{PKG_CONFIG_PATH} "${pc_dir}")
+  execute_process(COMMAND "${PKG_CONFIG_EXECUTABLE}" --cflags --libs --static mirrored
+    OUTPUT_VARIABLE pc_flags OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "[consumer.pkg_config] pkg-config mirrored failed (${rc})")
+  endif()
+  separate_arguments(pc_flags UNIX_COMMAND "${pc_flags}")
+  set(exe "${build_dir}/mirrored_consumer")
+  run_step("compile" "${CXX_COMPILER}" "${CONSUMER_SOURCE_DIR}/main.cpp" -o "${exe}" ${pc_flags})
+  run_step("run" "${exe}")
+  message(STATUS "[consumer.pkg_config] OK")
+  return()
 endif()
 
 set(consumer_mode "${MODE}")
@@ -77,9 +103,13 @@ if(consumer_mode STREQUAL "find_package")
     list(APPEND configure_args "-DCUDAToolkit_ROOT=${CUDA_ROOT}")
   endif()
 else()
-  list(APPEND configure_args
-    "-DMIRRORED_SOURCE_DIR=${MIRRORED_SOURCE_DIR}"
-    -DMIRRORED_ENABLE_CUDA=OFF)
+  # MIRRORED_ENABLE_CUDA stays at its default (AUTO), which must mean OFF for an embedded mirrored
+  # (the consumer checks MIRRORED_HAVE_CUDA); hand CMake the toolkit's nvcc so that AUTO could find it.
+  list(APPEND configure_args "-DMIRRORED_SOURCE_DIR=${MIRRORED_SOURCE_DIR}" -DMIRRORED_CONSUMER_EMBEDDED=ON)
+  find_program(_nvcc nvcc PATHS /usr/local/cuda/bin NO_DEFAULT_PATH)
+  if(_nvcc)
+    list(APPEND configure_args "-DCMAKE_CUDA_COMPILER=${_nvcc}")
+  endif()
 endif()
 
 run_step("configure" "${CMAKE_COMMAND}" ${configure_args})

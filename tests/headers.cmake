@@ -29,6 +29,15 @@ add_test(NAME headers.self_contained
   COMMAND "${CMAKE_COMMAND}" --build "${PROJECT_BINARY_DIR}" --target mirrored_header_check)
 set_tests_properties(headers.self_contained PROPERTIES LABELS headers TIMEOUT 600 RUN_SERIAL TRUE)
 
+# Without C++20 the first error says so (a project without CMake may build with -std=c++17).
+set(tu "${CMAKE_CURRENT_BINARY_DIR}/headers/cxx17.cpp")
+file(CONFIGURE OUTPUT "${tu}" CONTENT "#include <mirrored/mirrored.hpp>\n")
+add_test(NAME headers.cxx17_is_refused
+  COMMAND "${CMAKE_CXX_COMPILER}" -std=c++17 -fsyntax-only "-I${PROJECT_SOURCE_DIR}/include"
+          "-I${PROJECT_BINARY_DIR}/include" "${tu}")
+set_tests_properties(headers.cxx17_is_refused PROPERTIES LABELS headers
+  PASS_REGULAR_EXPRESSION "mirrored needs C\\+\\+20")
+
 if(NOT MIRRORED_HAVE_CUDA)
   set(tu "${CMAKE_CURRENT_BINARY_DIR}/headers/cuda_without_cuda.cpp")
   file(CONFIGURE OUTPUT "${tu}" CONTENT "#include <mirrored/cuda.hpp>\n")

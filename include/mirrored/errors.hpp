@@ -8,6 +8,8 @@
 #include <string>
 #include <utility>
 
+#include "mirrored/config.hpp"
+
 namespace mirrored {
 
 /// TensorFlow's canonical status codes (the subset the library raises).

@@ -9,6 +9,11 @@
 float eigen_sum();  // eigen_use.cpp
 #endif
 
+// MIRRORED_ENABLE_CUDA=AUTO means OFF when mirrored is embedded in another project.
+#if defined(MIRRORED_CONSUMER_EMBEDDED) && MIRRORED_HAVE_CUDA
+#error "an embedded mirrored with MIRRORED_ENABLE_CUDA=AUTO was built with CUDA"
+#endif
+
 int main() {
   mirrored::MirroredStrategy s({"CPU:0", "CPU:1"});
   auto r = s.run([] { return mirrored::get_replica_context()->replica_id_in_sync_group() + 1; });
