@@ -12,6 +12,7 @@
 #include "mirrored/dtype.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/input_options.hpp"
+#include "mirrored/logging.hpp"
 #include "mirrored/mirrored_strategy.hpp"
 #include "mirrored/nn.hpp"
 #include "mirrored/optimizers.hpp"

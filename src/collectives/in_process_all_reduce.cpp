@@ -9,6 +9,7 @@
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"
+#include "util/log.hpp"
 
 namespace mirrored {
 
@@ -42,7 +43,14 @@ void InProcessAllReduce::all_reduce(ReduceOp op, CollectiveStep& step) {
   // A pack is one run of same-dtype tensors, seen as one virtual buffer: replica r reduces its
   // slice of that buffer, however the tensors split it. Small tensors cost no extra collective
   // and the work stays balanced.
-  for (const auto& pack : detail::plan_packs(mine, step.bytes_per_pack())) {
+  const auto packs = detail::plan_packs(mine, step.bytes_per_pack());
+  if (me == 0 && detail::log_enabled(LogLevel::debug)) {
+    std::size_t bytes = 0;
+    for (const auto& t : mine) bytes += t.bytes();
+    MIRRORED_LOG(debug, "InProcessAllReduce: ", n, " replicas, ", mine.size(), " tensors in ", packs.size(),
+                 " packs, ", bytes, " bytes per replica");
+  }
+  for (const auto& pack : packs) {
     const DType dtype = mine[pack.front()].dtype;
     const std::size_t elem = dtype_size(dtype);
     int64_t total = 0;

@@ -29,7 +29,7 @@ void free_large(void* p, std::size_t rounded) noexcept {
 
 class LargeBlockCache {
  public:
-  LargeBlockCache() : limit_(static_cast<std::size_t>(env_positive("MIRRORED_HOST_CACHE_MB", 2048.0) * (1 << 20))) {}
+  LargeBlockCache() : limit_(static_cast<std::size_t>(env_non_negative("MIRRORED_HOST_CACHE_MB", 2048.0) * (1 << 20))) {}
   ~LargeBlockCache() { release(); }
 
   void* take(std::size_t rounded) {
@@ -50,6 +50,7 @@ class LargeBlockCache {
       p = std::aligned_alloc(kLargeAlignment, rounded);
     }
     if (!p) throw UnavailableError("host allocation of " + std::to_string(rounded) + " bytes failed");
+    MIRRORED_LOG(debug, "host allocator: new ", rounded, "-byte block (", cached(), " bytes cached)");
 #ifdef MADV_HUGEPAGE
     // Fewer page faults and TLB misses on the large buffers collectives stream through.
     (void)madvise(p, rounded, MADV_HUGEPAGE);
@@ -74,6 +75,8 @@ class LargeBlockCache {
         return;
       }
     }
+    MIRRORED_LOG(debug, "host allocator: freeing a ", rounded, "-byte block (the cache holds ", limit_,
+                 " bytes at most, MIRRORED_HOST_CACHE_MB)");
     free_large(p, rounded);
   }
 

@@ -1,31 +1,32 @@
 #pragma once
-/// \file
-/// Minimal leveled logging to stderr, filtered by `MIRRORED_LOG_LEVEL` (DEBUG, INFO, WARN, ERROR,
-/// OFF; default WARN).
+// Private: leveled logging (the public side is <mirrored/logging.hpp>: the sink and the threshold),
+// and numbers read from environment variables, whose bad values are reported once each.
 
 #include <string>
 
 #include "mirrored/errors.hpp"
+#include "mirrored/logging.hpp"
 
 namespace mirrored::detail {
 
-// Lower case: DEBUG and ERROR are macros in common headers and build flags.
-enum class LogLevel { debug = 0, info = 1, warn = 2, error = 3, off = 4 };
+using mirrored::LogLevel;
 
-/// True when messages of `level` are printed.
-bool log_enabled(LogLevel level);
-/// Prints `[mirrored LEVEL] message` to stderr (one write, safe from any thread).
+/// True when lines of `level` are produced (cheap: one relaxed atomic load).
+bool log_enabled(LogLevel level) noexcept;
+/// Hands `[mirrored LEVEL] message` to the sink, or writes it to stderr in one write.
 void log_message(LogLevel level, const std::string& message);
 
-/// A positive number (seconds, megabytes, …) from environment variable `name`, else `fallback` (a malformed, negative
-/// or infinite value is reported with a warning).
+/// A positive number (seconds, megabytes, …) from environment variable `name`, else `fallback`. A
+/// malformed, non-positive or infinite value is warned about (once per variable and value).
 double env_positive(const char* name, double fallback);
+/// Like `env_positive`, but 0 is a valid value (e.g. a cache size: 0 disables the cache).
+double env_non_negative(const char* name, double fallback);
 
 }  // namespace mirrored::detail
 
 /// Logs the streamable parts at `level` when that level is enabled.
 #define MIRRORED_LOG(level, ...)                                                                                      \
   do {                                                                                                                \
-    if (::mirrored::detail::log_enabled(::mirrored::detail::LogLevel::level))                                         \
-      ::mirrored::detail::log_message(::mirrored::detail::LogLevel::level, ::mirrored::detail::str_cat(__VA_ARGS__)); \
+    if (::mirrored::detail::log_enabled(::mirrored::LogLevel::level))                                                 \
+      ::mirrored::detail::log_message(::mirrored::LogLevel::level, ::mirrored::detail::str_cat(__VA_ARGS__));         \
   } while (0)

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdlib>
+#include <string>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -68,6 +70,16 @@ TEST(HostAllocator, TheReleaseHookSeesEveryBlockBeforeItIsFreed) {
   }
   EXPECT_TRUE(seen) << "the hook did not see the block when the cache released it";
   released.clear();
+}
+
+// Run by the ctest tensor.host_cache_disabled with MIRRORED_HOST_CACHE_MB=0 (skipped otherwise, since
+// the cache reads the variable once per process).
+TEST(HostAllocatorEnvironment, ZeroMegabytesDisablesTheCache) {
+  const char* env = std::getenv("MIRRORED_HOST_CACHE_MB");
+  if (!env || std::string(env) != "0") GTEST_SKIP() << "needs MIRRORED_HOST_CACHE_MB=0 (ctest tensor.host_cache_disabled)";
+  void* p = host_allocate(4 * kMiB);
+  host_deallocate(p, 4 * kMiB);
+  EXPECT_EQ(host_cached_bytes(), 0u);
 }
 
 }  // namespace
