@@ -148,12 +148,12 @@ class StrategyExtended {
   std::vector<detail::UntypedTensor> batch_reduce_flat(ReduceOp op,
                                                        const std::vector<std::vector<detail::UntypedTensor>>& values,
                                                        int64_t bytes_per_pack);
-  // Validates, then reduces value i onto `destinations[i][r]` (the devices of its destination's
-  // copies, or the one device of reduce_to): through
+  // Validates (errors name `method`), then reduces value i onto `destinations[i][r]` (the devices
+  // of its destination's copies, or the one device of reduce_to): through
   // the cross-device ops' own batch all-reduce when the destinations are the replicas' devices
   // and it has one, else through batch_reduce_flat and copies. Returns out[i][r].
   std::vector<std::vector<detail::UntypedTensor>> batch_reduce_onto(
-      ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
+      const char* method, ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
       const std::vector<std::vector<Device>>& destinations, const CommunicationOptions& options);
   void require_cross_replica(const char* method) const;
   Strategy& s_;
