@@ -220,6 +220,13 @@ class Strategy {
   /// The components of a `PerReplica`/`Mirrored` (replica order); `{value}` for anything else.
   template <class V>
   auto experimental_local_results(const V& value);
+  /// The per-replica components of a variable, in replica order: one `Variable<T>` per copy,
+  /// each naming that copy alone (as `extended().update` passes them: reads give that copy, writes
+  /// touch only it). TF returns the component variables too; handles rather than tensors keep
+  /// that meaning, and `value()` of each gives the copy's tensor. `{var}` for a plain variable or a
+  /// component. Defined in variable.hpp.
+  template <class T>
+  std::vector<Variable<T>> experimental_local_results(const Variable<T>& var);
 
   /// Calls `value_fn(const ValueContext&)` once per replica, in replica order, on the calling
   /// thread, and returns the results as a `PerReplica`.
