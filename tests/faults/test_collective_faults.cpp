@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <ostream>
 #include <sstream>
 
 #include "faults/faults.hpp"
@@ -63,6 +64,9 @@ struct Case {
            (faulty_first ? "First" : "Last");
   }
 };
+
+// gtest shows a case by its name rather than its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
 
 // Fail-fast faults must be reported long before this deadline: one that ran into it would show as
 // DeadlineExceededError, the wrong type. It is not shorter so that a replica thread the scheduler
