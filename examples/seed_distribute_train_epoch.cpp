@@ -4,8 +4,8 @@
 //
 // Made runnable: the dataset is range(10) shuffled (seed 42, reshuffled every epoch) in global
 // batches of 4, on two replicas; replica_fn returns the sum of squares of its slice (a stand-in
-// for a per-replica loss). The last global batch has 2 elements, so replica 1 gets an empty
-// batch there and contributes 0. Whatever the order, every epoch's total is 0² + 1² + … + 9² = 285.
+// for a per-replica loss). The last global batch has 2 elements, one for each replica (the
+// default BALANCED split, as TF). Whatever the order, every epoch's total is 0² + 1² + … + 9² = 285.
 #include <cstdint>
 #include <iostream>
 #include <mirrored/mirrored.hpp>

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mirrored/detail/untyped_tensor.hpp"
+#include "mirrored/reduce_op.hpp"
 
 namespace mirrored {
 
@@ -22,12 +23,17 @@ class CollectiveGroup;  // the replicas' rendezvous (private)
 /// bytes; after its last `sync()` it may touch only its own outputs.
 class CollectiveStep {
  public:
-  /// What each replica posts: its input tensors, the output tensors it wants filled, and (for
-  /// validation) a description of the nest they came from.
+  /// What each replica posts: its input tensors, the output tensors it wants filled, and what it
+  /// asked for. The library checks that every replica asked for the same (op, axis, pack size,
+  /// nest structure, dtypes, shapes) before a backend is called, so a backend may trust replica
+  /// 0's description for all of them.
   struct Buffers {
     const std::vector<detail::UntypedTensor>* inputs;
     const std::vector<detail::UntypedTensor>* outputs;
-    const std::string* structure = nullptr;
+    const std::string* structure = nullptr;  // the nest the inputs came from (detail::flatten)
+    ReduceOp op = ReduceOp::SUM;             // all-reduce: the reduce op
+    int axis = 0;                            // all-gather: the axis as the replica passed it
+    int64_t bytes_per_pack = 0;              // all-reduce: CommunicationOptions::bytes_per_pack
   };
 
   /// A step of a group of replicas (every replica has posted `Buffers` when it joined).

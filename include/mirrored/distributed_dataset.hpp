@@ -78,7 +78,6 @@ DistributedDataset<E> distribute_dataset(const Dataset<E>& ds, std::vector<Devic
   plan.devices = std::move(devices);
   plan.fetch_to_device = o.experimental_fetch_to_device;
   plan.policy = o.rebatch_policy;
-  plan.global_batch = node->info().batch_size;
   plan.keep_own_slices = shard.keep_own_slices;
   plan.pass_through = n == 1;
 

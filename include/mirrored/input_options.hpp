@@ -22,9 +22,10 @@ enum class InputReplicationMode {
 /// How `experimental_distribute_dataset` cuts a global batch of `b` elements into one slice per
 /// replica (N replicas in sync).
 enum class RebatchPolicy {
-  /// TF's `batch_sizes_for_worker`: for a full batch of G, `floor = G / N` and the first
-  /// `G - N*floor` slices get one more; a final partial batch fills the slices in replica order
-  /// (trailing replicas get empty, 0-row batches).
+  /// Every batch of b rows, full or partial, is cut as evenly as possible: `floor = b / N` rows
+  /// per slice and one more for the first `b - N*floor` slices (for a full batch, TF's
+  /// `batch_sizes_for_worker`). A replica gets an empty (0-row) batch only when the batch has
+  /// fewer than N rows.
   BALANCED,
   /// Slice r gets rows `[r*c, (r+1)*c)` of the batch, clipped to its `b` rows, with
   /// `c = ceil(b / N)` (TF's in-memory AUTO rule): trailing slices may be shorter or empty.

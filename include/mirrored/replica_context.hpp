@@ -8,6 +8,7 @@
 #include <string_view>
 #include <tuple>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,18 @@
 #include "mirrored/strategy.hpp"
 
 namespace mirrored {
+
+namespace detail {
+/// What a replica posts in `merge_call`: its arguments, and where merge_fn's result goes (replica
+/// 0 runs merge_fn and fills its own slot; every replica reads replica 0's). Replicas must post
+/// the same instantiation, which `merge_call` checks before anyone reads another's post.
+template <class R, class... Args>
+struct MergePost {
+  using Result = std::optional<std::conditional_t<std::is_void_v<R>, char, R>>;
+  std::tuple<const Args*...> args;
+  Result* result;
+};
+}  // namespace detail
 
 /// The context of one replica inside `Strategy::run` (or the default replica context outside any
 /// scope). Valid only on the thread and during the `run` it belongs to.
@@ -32,8 +45,10 @@ class ReplicaContext {
 
   /// Every replica receives the same reduction of all replicas' `value` (a tensor, a number or a
   /// nest of them), summed in replica order. All replicas must call it, in the same order as
-  /// their other collectives. \throws InvalidArgumentError when replicas pass different shapes,
-  /// dtypes or structures, or for MEAN of integers; FailedPreconditionError when replicas call
+  /// their other collectives. \throws InvalidArgumentError when replicas pass different reduce
+  /// ops, nest structures (vector sizes, map keys), dtypes, shapes or
+  /// `CommunicationOptions::bytes_per_pack` (every replica, naming both replicas and both values,
+  /// before any data moves), or for MEAN of integers; FailedPreconditionError when replicas call
   /// different collectives or one returns without calling it, or outside this context's `run`;
   /// DeadlineExceededError when a replica does not arrive in time; AbortedError when another
   /// replica failed.
@@ -47,7 +62,8 @@ class ReplicaContext {
 
   /// Every replica receives the concatenation of all replicas' `value` along `axis`, in replica
   /// order (sizes along `axis` may differ). Same errors as `all_reduce`, plus
-  /// InvalidArgumentError for rank-0 values, different ranks, shapes that differ off `axis`, or an
+  /// InvalidArgumentError when replicas pass different dtypes or axes (`-1` and `rank - 1` are the
+  /// same axis), for rank-0 values, different ranks, shapes that differ off `axis`, or an
   /// out-of-range axis.
   template <class T>
   Tensor<T> all_gather(const Tensor<T>& value, int axis, const CommunicationOptions& options = {});
@@ -55,7 +71,10 @@ class ReplicaContext {
   /// Pauses all replicas and calls `merge_fn(strategy, PerReplica<Args>...)` once, on replica
   /// 0's thread, in cross-replica context; every replica receives the result (its own component
   /// when the result is a `PerReplica`/`Mirrored`). An exception from `merge_fn` surfaces from
-  /// `run` with its type. Same synchronisation errors as `all_reduce`.
+  /// `run` with its type. Inside `merge_fn`, `in_cross_replica_context()` is true and
+  /// `get_replica_context()` is null. Same synchronisation errors as `all_reduce`; \throws
+  /// InvalidArgumentError when replicas pass arguments of different types or merge_fns with
+  /// different result types (only replica 0's merge_fn runs, as in TF).
   template <class Fn, class... Args>
   auto merge_call(Fn&& merge_fn, const Args&... args);
 
@@ -74,9 +93,12 @@ class ReplicaContext {
                                                      const CommunicationOptions& options);
   // merge_call's rendezvous: `run_merge` is called on replica 0 with every replica's payload,
   // then every replica calls `take` with replica 0's payload to copy out its result.
+  // `signature` is the type `payload` points to; replicas whose types differ are rejected before
+  // anyone reads another's payload.
   using MergeFn = void (*)(void* ctx, const std::vector<const void*>& payloads);
   using TakeFn = void (*)(void* ctx, const void* first_payload);
-  void merge_flat(const void* payload, MergeFn run_merge, void* merge_ctx, TakeFn take, void* take_ctx);
+  void merge_flat(const void* payload, const std::type_info& signature, MergeFn run_merge, void* merge_ctx, TakeFn take,
+                  void* take_ctx);
 
   Strategy* strategy_;
   int replica_id_;
@@ -112,58 +134,53 @@ template <class Fn, class... Args>
 auto ReplicaContext::merge_call(Fn&& merge_fn, const Args&... args) {
   check_active("merge_call");
   using R = std::decay_t<std::invoke_result_t<Fn&, Strategy&, const PerReplica<Args>&...>>;
-  using Mine = std::tuple<const Args*...>;
-  struct Shared {
+  using Post = detail::MergePost<R, Args...>;
+  typename Post::Result result;  // set on replica 0 only, by merge_fn
+  const Post post{{&args...}, &result};
+  struct Merge {
     Fn* fn;
     Strategy* strategy;
-    std::optional<std::conditional_t<std::is_void_v<R>, char, R>> result;
-  } shared{&merge_fn, strategy_, std::nullopt};
-  Mine mine{&args...};
-  struct Posted {
-    Mine* args;
-    Shared* shared;
-  } posted{&mine, &shared};
+  } merge{&merge_fn, strategy_};
 
   auto run_merge = [](void* ctx, const std::vector<const void*>& payloads) {
-    auto* self = static_cast<Shared*>(ctx);
+    auto* m = static_cast<Merge*>(ctx);
     auto per_replica = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
       using A = std::tuple_element_t<K, std::tuple<Args...>>;
       std::vector<A> parts;
       parts.reserve(payloads.size());
-      for (const void* p : payloads) parts.push_back(*std::get<K>(*static_cast<const Posted*>(p)->args));
+      for (const void* p : payloads) parts.push_back(*std::get<K>(static_cast<const Post*>(p)->args));
       return PerReplica<A>(std::move(parts));
     };
+    typename Post::Result& out = *static_cast<const Post*>(payloads[0])->result;
     [&]<std::size_t... K>(std::index_sequence<K...>) {
       if constexpr (std::is_void_v<R>) {
-        std::invoke(*self->fn, *self->strategy, per_replica(std::integral_constant<std::size_t, K>{})...);
-        self->result.emplace('\0');
+        std::invoke(*m->fn, *m->strategy, per_replica(std::integral_constant<std::size_t, K>{})...);
+        out.emplace('\0');
       } else {
-        self->result.emplace(
-            std::invoke(*self->fn, *self->strategy, per_replica(std::integral_constant<std::size_t, K>{})...));
+        out.emplace(std::invoke(*m->fn, *m->strategy, per_replica(std::integral_constant<std::size_t, K>{})...));
       }
     }
     (std::index_sequence_for<Args...>{});
   };
   using Out = std::conditional_t<std::is_void_v<R>, char, typename detail::merge_result<R>::type>;
   std::optional<Out> out;
-  const int me = replica_id_;
   struct Take {
     std::optional<Out>* out;
     int replica;
-  } take{&out, me};
+  } take{&out, replica_id_};
   auto take_fn = [](void* ctx, const void* first) {
     auto* t = static_cast<Take*>(ctx);
     if constexpr (std::is_void_v<R>) {
       t->out->emplace('\0');
     } else {
-      const R& result = *static_cast<const Posted*>(first)->shared->result;
+      const R& value = **static_cast<const Post*>(first)->result;
       if constexpr (is_distributed_v<R>)
-        t->out->emplace(result[static_cast<std::size_t>(t->replica)]);
+        t->out->emplace(value[static_cast<std::size_t>(t->replica)]);
       else
-        t->out->emplace(result);
+        t->out->emplace(value);
     }
   };
-  merge_flat(&posted, run_merge, &shared, take_fn, &take);
+  merge_flat(&post, typeid(Post), run_merge, &merge, take_fn, &take);
   if constexpr (!std::is_void_v<R>) return std::move(*out);
 }
 

@@ -148,12 +148,12 @@ class StrategyExtended {
   std::vector<detail::UntypedTensor> batch_reduce_flat(ReduceOp op,
                                                        const std::vector<std::vector<detail::UntypedTensor>>& values,
                                                        int64_t bytes_per_pack);
-  // Validates, then reduces value i onto `destinations[i][r]` (the devices of its destination's
-  // copies, or the one device of reduce_to): through
+  // Validates (errors name `method`), then reduces value i onto `destinations[i][r]` (the devices
+  // of its destination's copies, or the one device of reduce_to): through
   // the cross-device ops' own batch all-reduce when the destinations are the replicas' devices
   // and it has one, else through batch_reduce_flat and copies. Returns out[i][r].
   std::vector<std::vector<detail::UntypedTensor>> batch_reduce_onto(
-      ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
+      const char* method, ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
       const std::vector<std::vector<Device>>& destinations, const CommunicationOptions& options);
   void require_cross_replica(const char* method) const;
   Strategy& s_;
@@ -220,6 +220,13 @@ class Strategy {
   /// The components of a `PerReplica`/`Mirrored` (replica order); `{value}` for anything else.
   template <class V>
   auto experimental_local_results(const V& value);
+  /// The per-replica components of a variable, in replica order: one `Variable<T>` per copy,
+  /// each naming that copy alone (as `extended().update` passes them: reads give that copy, writes
+  /// touch only it). TF returns the component variables too; handles rather than tensors keep
+  /// that meaning, and `value()` of each gives the copy's tensor. `{var}` for a plain variable or a
+  /// component. Defined in variable.hpp.
+  template <class T>
+  std::vector<Variable<T>> experimental_local_results(const Variable<T>& var);
 
   /// Calls `value_fn(const ValueContext&)` once per replica, in replica order, on the calling
   /// thread, and returns the results as a `PerReplica`.

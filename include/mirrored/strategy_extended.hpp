@@ -49,7 +49,7 @@ Tensor<T> StrategyExtended::reduce_to(ReduceOp op, const PerReplica<Tensor<T>>& 
   s_.check_components("reduce_to", value);
   std::vector<std::vector<detail::UntypedTensor>> values(1);
   for (const auto& t : value.values()) values[0].push_back(detail::TensorAccess::erase(t));
-  return detail::TensorAccess::restore<T>(batch_reduce_onto(op, values, {{destination}}, options)[0][0]);
+  return detail::TensorAccess::restore<T>(batch_reduce_onto("reduce_to", op, values, {{destination}}, options)[0][0]);
 }
 
 template <class T>
@@ -76,7 +76,7 @@ std::vector<Mirrored<Tensor<T>>> StrategyExtended::batch_reduce_to(
     auto& devices = destinations.emplace_back();
     for (const auto& c : destination.components()) devices.push_back(c.device());
   }
-  const auto reduced = batch_reduce_onto(op, values, destinations, options);
+  const auto reduced = batch_reduce_onto("batch_reduce_to", op, values, destinations, options);
   std::vector<Mirrored<Tensor<T>>> out;
   out.reserve(reduced.size());
   for (const auto& copies_erased : reduced) {

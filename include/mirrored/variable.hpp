@@ -383,6 +383,16 @@ Tensor<T> Variable<T>::write(Op op, const char* name, const V& v) {
 }
 
 template <class T>
+std::vector<Variable<T>> Strategy::experimental_local_results(const Variable<T>& var) {
+  if (!var.strategy() || detail::VariableAccess::component_index(var) >= 0) return {var};
+  const int copies = static_cast<int>(var.num_components());
+  std::vector<Variable<T>> out;
+  out.reserve(static_cast<std::size_t>(copies));
+  for (int r = 0; r < copies; ++r) out.push_back(detail::VariableAccess::component(var, r));
+  return out;
+}
+
+template <class T>
 std::string Variable<T>::to_string() const {
   auto describe = [&](int r, const Tensor<T>& t) {
     const std::vector<T> host = t.to_vector();

@@ -38,6 +38,9 @@ void CollectiveGroup::begin_run() {
   aborted_.store(false, std::memory_order_release);
   abort_reason_.clear();
   join_error_.clear();
+  // A replica that arrived in an aborted run must not count as arrived in this one: waiters
+  // would then never see it return, and would wait out their whole deadline.
+  std::fill(arrived_gen_.begin(), arrived_gen_.end(), 0);
   std::fill(finished_.begin(), finished_.end(), 0);
   std::fill(calls_.begin(), calls_.end(), 0);
   std::fill(payloads_.begin(), payloads_.end(), nullptr);

@@ -30,7 +30,7 @@ class CollectiveGroup {
 
   int size() const noexcept { return n_; }
 
-  /// Resets per-run state (call counts, abort flag). Called with no replica running.
+  /// Resets per-run state (call counts, arrivals, abort flag). Called with no replica running.
   void begin_run();
 
   /// Replica `replica` enters its next collective, of `kind`, posting `payload` for the others,

@@ -8,7 +8,8 @@
 namespace mirrored::data::detail {
 namespace {
 
-// Sizes of all N slices of a full batch of g rows, in global replica order.
+// Sizes of all N slices of a batch of g rows, in global replica order: floor(g / n) each, and
+// one more for the first g mod n.
 std::vector<int64_t> balanced_sizes(int64_t g, int n) {
   const int64_t floor = g / n;
   const int64_t num_ceil = g - floor * n;
@@ -34,8 +35,7 @@ std::vector<int64_t> batch_sizes_for_worker(int64_t global_batch_size, int num_w
   return std::vector<int64_t>(first, first + num_replicas_per_worker);
 }
 
-std::vector<RowRange> split_rows(RebatchPolicy policy, int64_t rows, std::optional<int64_t> full_batch,
-                                 int num_slices) {
+std::vector<RowRange> split_rows(RebatchPolicy policy, int64_t rows, int num_slices) {
   MIRRORED_ENFORCE(num_slices >= 1 && rows >= 0, InternalError, "split_rows: ", rows, " rows into ", num_slices,
                    " slices");
   std::vector<RowRange> out;
@@ -45,12 +45,12 @@ std::vector<RowRange> split_rows(RebatchPolicy policy, int64_t rows, std::option
     for (int r = 0; r < num_slices; ++r) out.emplace_back(std::min(r * c, rows), std::min((r + 1) * c, rows));
     return out;
   }
-  const int64_t g = full_batch && *full_batch >= rows ? *full_batch : rows;
+  // Every batch, full or partial, as evenly as possible: a replica is empty only when the batch
+  // has fewer rows than there are replicas.
   int64_t begin = 0;
-  for (int64_t size : balanced_sizes(g, num_slices)) {
-    const int64_t end = std::min(begin + size, rows);
-    out.emplace_back(begin, end);
-    begin = end;
+  for (int64_t size : balanced_sizes(rows, num_slices)) {
+    out.emplace_back(begin, begin + size);
+    begin += size;
   }
   return out;
 }

@@ -1,7 +1,14 @@
 #include "mirrored/replica_context.hpp"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <memory>
+#include <typeinfo>
+
 #include "collectives/collective_helpers.hpp"
 #include "runtime/default_strategy.hpp"
+#include "runtime/nest_structure.hpp"
 #include "runtime/strategy_runtime.hpp"
 #include "util/exceptions.hpp"
 
@@ -30,27 +37,81 @@ class MergeScope {
   Strategy* saved_merge_;
 };
 
-// Every replica runs the same check on the same posted data, so all of them throw together.
+const CollectiveStep::Buffers& posted(const detail::CollectiveGroup& group, int r) {
+  return *static_cast<const CollectiveStep::Buffers*>(group.payload(r));
+}
+
+// The checks below run on every replica once all have joined, before any byte moves. Each
+// replica checks every replica's post against replica 0's, in the same order, so all of them
+// reach the same verdict and throw together: nobody is left waiting for a replica that gave up.
+
 void validate_all_reduce(int n, const detail::CollectiveGroup& group) {
-  using Buffers = CollectiveStep::Buffers;
-  const auto* first = static_cast<const Buffers*>(group.payload(0));
+  const auto& first = posted(group, 0);
   for (int r = 1; r < n; ++r) {
-    const auto* other = static_cast<const Buffers*>(group.payload(r));
-    MIRRORED_ENFORCE(*other->structure == *first->structure && other->inputs->size() == first->inputs->size(),
-                     InvalidArgumentError, "all_reduce: replica ", r,
-                     " passed a value with a different structure than replica 0 (", other->inputs->size(), " vs ",
-                     first->inputs->size(), " tensors)");
-    for (std::size_t i = 0; i < first->inputs->size(); ++i) {
-      const auto& a = (*first->inputs)[i];
-      const auto& b = (*other->inputs)[i];
+    const auto& other = posted(group, r);
+    MIRRORED_ENFORCE(other.op == first.op, InvalidArgumentError, "all_reduce: replica 0 passed reduce op ",
+                     reduce_op_name(first.op), " but replica ", r, " passed ", reduce_op_name(other.op));
+    if (*other.structure != *first.structure)
+      throw InvalidArgumentError(detail::structure_mismatch("all_reduce", 0, *first.structure, r, *other.structure));
+    for (std::size_t i = 0; i < first.inputs->size(); ++i) {
+      const auto& a = (*first.inputs)[i];
+      const auto& b = (*other.inputs)[i];
+      const std::string which = first.inputs->size() > 1 ? str_cat(" (tensor ", i, " of the nest)") : "";
       MIRRORED_ENFORCE(a.dtype == b.dtype, InvalidArgumentError, "all_reduce: replica 0 passed dtype ",
-                       dtype_name(a.dtype), " but replica ", r, " passed dtype ", dtype_name(b.dtype));
+                       dtype_name(a.dtype), " but replica ", r, " passed dtype ", dtype_name(b.dtype), which);
       MIRRORED_ENFORCE(a.shape == b.shape, InvalidArgumentError, "all_reduce: replica 0 passed shape ",
                        detail::format_shape(a.shape), " but replica ", r, " passed shape ",
-                       detail::format_shape(b.shape),
-                       first->inputs->size() > 1 ? str_cat(" (tensor ", i, " of the nest)") : "");
+                       detail::format_shape(b.shape), which);
     }
+    // Backends split the work by pack, so replicas planning different packs would leave parts
+    // unreduced or write the same bytes.
+    MIRRORED_ENFORCE(other.bytes_per_pack == first.bytes_per_pack, InvalidArgumentError,
+                     "all_reduce: replica 0 passed CommunicationOptions::bytes_per_pack ", first.bytes_per_pack,
+                     " but replica ", r, " passed ", other.bytes_per_pack);
   }
+}
+
+// Returns the shape of the result and sets `axis` to the (non-negative) axis of the gather.
+Shape validate_all_gather(int n, const detail::CollectiveGroup& group, int& axis) {
+  const detail::UntypedTensor& a = (*posted(group, 0).inputs)[0];
+  const int a_axis = posted(group, 0).axis;
+  const auto rank = static_cast<int64_t>(a.shape.size());
+  std::vector<const Shape*> shapes{&a.shape};
+  for (int r = 1; r < n; ++r) {
+    const detail::UntypedTensor& b = (*posted(group, r).inputs)[0];
+    const int b_axis = posted(group, r).axis;
+    // Before anything is sized: the result is allocated with each replica's own dtype and every
+    // replica's bytes are copied into it.
+    MIRRORED_ENFORCE(a.dtype == b.dtype, InvalidArgumentError, "all_gather: replica 0 passed dtype ",
+                     dtype_name(a.dtype), " but replica ", r, " passed dtype ", dtype_name(b.dtype));
+    // -1 and rank-1 name the same axis; compared once the ranks agree (concat_shape checks them).
+    const bool same_rank = !b.shape.empty() && static_cast<int64_t>(b.shape.size()) == rank;
+    const int64_t a_norm = a_axis < 0 ? a_axis + rank : a_axis;
+    const int64_t b_norm = b_axis < 0 ? b_axis + rank : b_axis;
+    MIRRORED_ENFORCE(!same_rank || a_norm == b_norm, InvalidArgumentError, "all_gather: replica 0 passed axis ", a_axis,
+                     " but replica ", r, " passed axis ", b_axis, " (for values of rank ", rank, ")");
+    shapes.push_back(&b.shape);
+  }
+  axis = a_axis;
+  return detail::concat_shape("all_gather", shapes, axis);
+}
+
+// What a replica posts in merge_call: its arguments and result slot (`payload`, a
+// detail::MergePost) and that MergePost's type.
+struct MergePost {
+  const void* payload;
+  const std::type_info* signature;
+};
+
+// "<int, float>" for detail::MergePost<int, float>: the result and argument types of a merge_call.
+std::string merge_signature_name(const std::type_info& type) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(type.name(), nullptr, nullptr, &status),
+                                                   std::free);
+  std::string name = status == 0 && demangled ? demangled.get() : type.name();
+  constexpr std::string_view kPrefix = "mirrored::detail::MergePost";
+  if (name.starts_with(kPrefix)) name.erase(0, kPrefix.size());
+  return name;
 }
 
 // Runs the part of a collective after a successful join. Other replicas may be reading this
@@ -89,7 +150,7 @@ void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::Unty
   const double t = timeout(options);
   MIRRORED_ENFORCE(options.bytes_per_pack >= 0, InvalidArgumentError,
                    "CommunicationOptions::bytes_per_pack must be >= 0, got ", options.bytes_per_pack);
-  const CollectiveStep::Buffers mine{&in, &out, &structure};
+  const CollectiveStep::Buffers mine{&in, &out, &structure, op, 0, options.bytes_per_pack};
   CrossDeviceOps& ops = *strategy_->cross_device_ops_;
   const int n = num_replicas_in_sync();
   if (n == 1) {
@@ -115,7 +176,7 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
   const std::vector<detail::UntypedTensor> ins{in};
   std::vector<detail::UntypedTensor> outs;
   outs.reserve(1);
-  const CollectiveStep::Buffers mine{&ins, &outs, nullptr};
+  const CollectiveStep::Buffers mine{&ins, &outs, nullptr, ReduceOp::SUM, axis, 0};
   CrossDeviceOps& ops = *strategy_->cross_device_ops_;
   const int n = num_replicas_in_sync();
   if (n == 1) {
@@ -128,11 +189,9 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
   auto& group = strategy_->rt_->group;
   group.join(replica_id_, detail::CollectiveKind::all_gather, &mine, t);
   inside_collective(group, replica_id_, [&] {
-    std::vector<const Shape*> shapes;
-    for (int r = 0; r < n; ++r)
-      shapes.push_back(&(*static_cast<const CollectiveStep::Buffers*>(group.payload(r))->inputs)[0].shape);
     int a = axis;
-    outs.push_back(detail::make_untyped(in.dtype, detail::concat_shape("all_gather", shapes, a), in.device()));
+    const Shape shape = validate_all_gather(n, group, a);
+    outs.push_back(detail::make_untyped(in.dtype, shape, in.device()));
     CollectiveStep step(group, replica_id_, t);
     step.sync();  // every replica's output exists before a backend may look at it
     ops.all_gather(a, step);
@@ -141,7 +200,8 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
   return outs;
 }
 
-void ReplicaContext::merge_flat(const void* payload, MergeFn run_merge, void* merge_ctx, TakeFn take, void* take_ctx) {
+void ReplicaContext::merge_flat(const void* payload, const std::type_info& signature, MergeFn run_merge,
+                                void* merge_ctx, TakeFn take, void* take_ctx) {
   const int n = num_replicas_in_sync();
   if (n == 1) {
     {
@@ -153,16 +213,28 @@ void ReplicaContext::merge_flat(const void* payload, MergeFn run_merge, void* me
   }
   auto& group = strategy_->rt_->group;
   const double t = strategy_->extended().collective_timeout_seconds();
-  group.join(replica_id_, detail::CollectiveKind::merge_call, payload, t);
+  const MergePost mine{payload, &signature};
+  group.join(replica_id_, detail::CollectiveKind::merge_call, &mine, t);
   inside_collective(group, replica_id_, [&] {
+    auto post = [&](int r) -> const MergePost& { return *static_cast<const MergePost*>(group.payload(r)); };
+    // Replica 0 reads every replica's arguments, and every replica reads replica 0's result, as
+    // the types of its own call: they must be the same types.
+    for (int r = 1; r < n; ++r) {
+      MIRRORED_ENFORCE(*post(r).signature == *post(0).signature, InvalidArgumentError,
+                       "merge_call: replica 0 passed (result, arguments...) of types ",
+                       merge_signature_name(*post(0).signature), " but replica ", r, " passed ",
+                       merge_signature_name(*post(r).signature),
+                       "; every replica must pass arguments of the same types and a merge_fn with the same result "
+                       "type");
+    }
     if (replica_id_ == 0) {
       std::vector<const void*> payloads(n);
-      for (int r = 0; r < n; ++r) payloads[r] = group.payload(r);
+      for (int r = 0; r < n; ++r) payloads[r] = post(r).payload;
       MergeScope cross(*strategy_);
       run_merge(merge_ctx, payloads);
     }
     group.sync(replica_id_, t);
-    take(take_ctx, group.payload(0));
+    take(take_ctx, post(0).payload);
     group.sync(replica_id_, t);  // replica 0's result lives until every replica has its copy
   });
 }

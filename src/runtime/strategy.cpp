@@ -7,6 +7,7 @@
 #include "gpu/gpu_runtime.hpp"
 #include "mirrored/replica_context.hpp"
 #include "runtime/default_strategy.hpp"
+#include "runtime/nest_structure.hpp"
 #include "runtime/strategy_runtime.hpp"
 #include "util/exceptions.hpp"
 #include "util/log.hpp"
@@ -29,9 +30,13 @@ bool is_aborted(const std::exception_ptr& e) {
   }
 }
 
-int normalize_axis(int axis, int64_t rank) {
-  MIRRORED_ENFORCE(axis >= -rank && axis < rank, InvalidArgumentError, "`axis` = ", axis,
-                   " out of range for `value` with rank ", rank);
+// `axis` made non-negative for replica `r`'s value, of rank `rank` (replicas' ranks may differ).
+int normalize_axis(int axis, int64_t rank, std::size_t r) {
+  MIRRORED_ENFORCE(
+      axis >= -rank &&
+              axis<rank, InvalidArgumentError, "`axis` = ", axis, " out of range for `value` with rank ", rank, r> 0
+          ? str_cat(" (replica ", r, "'s value)")
+          : "");
   return axis < 0 ? static_cast<int>(axis + rank) : axis;
 }
 
@@ -163,9 +168,10 @@ std::vector<detail::UntypedTensor> Strategy::reduce_flat(ReduceOp op,
                                                          std::optional<int> axis) {
   const std::size_t n = leaves.size();
   for (std::size_t r = 1; r < n; ++r) {
-    MIRRORED_ENFORCE(structures[r] == structures[0] && leaves[r].size() == leaves[0].size(), InvalidArgumentError,
-                     "reduce: replica ", r, "'s value has a different structure than replica 0's (", leaves[r].size(),
-                     " vs ", leaves[0].size(), " tensors)");
+    if (structures[r] != structures[0]) {
+      throw InvalidArgumentError(
+          detail::structure_mismatch("reduce", 0, structures[0], static_cast<int>(r), structures[r]));
+    }
   }
   std::vector<detail::UntypedTensor> out;
   out.reserve(leaves[0].size());
@@ -180,7 +186,7 @@ std::vector<detail::UntypedTensor> Strategy::reduce_flat(ReduceOp op,
         continue;
       }
       const int64_t rank = static_cast<int64_t>(t.shape.size());
-      const int a = normalize_axis(*axis, rank);
+      const int a = normalize_axis(*axis, rank, r);
       int64_t outer = 1, inner = 1;
       for (int d = 0; d < a; ++d) outer *= t.shape[d];
       for (int64_t d = a + 1; d < rank; ++d) inner *= t.shape[d];

@@ -8,14 +8,20 @@ void StrategyExtended::require_cross_replica(const char* method) const { s_.requ
 
 namespace {
 
-void check_batch(const std::vector<std::vector<detail::UntypedTensor>>& values, std::size_t n, int64_t bytes_per_pack) {
-  MIRRORED_ENFORCE(bytes_per_pack >= 0, InvalidArgumentError, "CommunicationOptions::bytes_per_pack must be >= 0, got ",
-                   bytes_per_pack);
+void check_batch(const char* method, const std::vector<std::vector<detail::UntypedTensor>>& values, std::size_t n,
+                 int64_t bytes_per_pack) {
+  MIRRORED_ENFORCE(bytes_per_pack >= 0, InvalidArgumentError, method,
+                   ": CommunicationOptions::bytes_per_pack must be >= 0, got ", bytes_per_pack);
   for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::string which = values.size() > 1 ? detail::str_cat(" (value ", i, ")") : "";
     for (std::size_t r = 1; r < n; ++r) {
-      MIRRORED_ENFORCE(values[i][r].shape == values[i][0].shape, InvalidArgumentError, "batch_reduce_to: value ", i,
-                       " has shape ", detail::format_shape(values[i][0].shape), " on replica 0 but ",
-                       detail::format_shape(values[i][r].shape), " on replica ", r);
+      // The same T for every replica by typing; checked anyway, as the packing relies on it.
+      MIRRORED_ENFORCE(values[i][r].dtype == values[i][0].dtype, InvalidArgumentError, method,
+                       ": replica 0 passed dtype ", dtype_name(values[i][0].dtype), " but replica ", r,
+                       " passed dtype ", dtype_name(values[i][r].dtype), which);
+      MIRRORED_ENFORCE(values[i][r].shape == values[i][0].shape, InvalidArgumentError, method,
+                       ": replica 0 passed shape ", detail::format_shape(values[i][0].shape), " but replica ", r,
+                       " passed shape ", detail::format_shape(values[i][r].shape), which);
     }
   }
 }
@@ -23,10 +29,10 @@ void check_batch(const std::vector<std::vector<detail::UntypedTensor>>& values, 
 }  // namespace
 
 std::vector<std::vector<detail::UntypedTensor>> StrategyExtended::batch_reduce_onto(
-    ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
+    const char* method, ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
     const std::vector<std::vector<Device>>& destinations, const CommunicationOptions& options) {
   const std::size_t n = static_cast<std::size_t>(s_.num_replicas_in_sync());
-  check_batch(values, n, options.bytes_per_pack);
+  check_batch(method, values, n, options.bytes_per_pack);
   std::vector<std::vector<detail::UntypedTensor>> out(values.size());
   if (values.empty()) return out;
   bool onto_replicas = true;

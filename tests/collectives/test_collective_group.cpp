@@ -104,5 +104,46 @@ TEST(CollectiveGroup, AbortReleasesWaitersAndLaterArrivals) {
   EXPECT_EQ(g.calls(0), 1);
 }
 
+// Regression (issue 13): a replica that arrived in an aborted run counted as arrived in the next
+// one, so a replica waiting for it there never saw it return and waited out its whole deadline.
+TEST(CollectiveGroup, ArrivalsOfAnAbortedRunDoNotCountInTheNext) {
+  constexpr double kTimeout = 30;  // a regression shows as a 30 s wait
+  for (int n : {2, 3, 4}) {
+    for (int stale = 0; stale < n; ++stale) {
+      CollectiveGroup g(n, 60);
+      // Run 1: `stale` waits in a collective, the others fail, which aborts the run.
+      g.begin_run();
+      run_ranks(n, [&](int r) {
+        if (r == stale) {
+          (void)message_of<AbortedError>([&] { g.join(r, CollectiveKind::all_reduce, nullptr, kTimeout); });
+        } else {
+          std::this_thread::sleep_for(50ms);  // so that `stale` has arrived (else it is not stale)
+          g.abort("replica failed");
+          g.finish(r);
+        }
+      });
+      // Run 2: `stale` returns at once; the others must be released as soon as it has.
+      g.begin_run();
+      std::vector<std::string> msgs(n);
+      const auto start = std::chrono::steady_clock::now();
+      run_ranks(n, [&](int r) {
+        if (r == stale) {
+          g.finish(r);
+          return;
+        }
+        // The first to notice throws FailedPreconditionError and aborts the group; the others see
+        // AbortedError with the same reason.
+        msgs[r] = message_of<Error>([&] { g.join(r, CollectiveKind::all_reduce, nullptr, kTimeout); });
+      });
+      EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << n << " ranks, stale " << stale;
+      for (int r = 0; r < n; ++r) {
+        if (r == stale) continue;
+        EXPECT_THAT(msgs[r], HasSubstr("returned from the replica function after 0 collective calls"))
+            << n << " ranks, stale " << stale << ", rank " << r;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mirrored::detail

@@ -110,6 +110,34 @@ TEST(DataProperty, OneWorkerKeepsTheOrderWithinEachGlobalBatch) {
   }
 }
 
+// BALANCED cuts every global batch, full or partial, into slices whose sizes differ by at most
+// one, the larger ones first (API.md section 9), across all workers' replicas in global order.
+TEST(DataProperty, BalancedSlicesOfEveryBatchDifferByAtMostOne) {
+  std::mt19937_64 rng(1913);
+  for (int trial = 0; trial < 100; ++trial) {
+    Config c = random_config(rng);
+    c.policy = RebatchPolicy::BALANCED;
+    std::vector<Steps> per_worker;
+    for (int w = 0; w < c.workers; ++w) {
+      per_worker.push_back(collect_steps(
+          data::detail::distribute_dataset(c.dataset(), cpu_devices(c.replicas), c.workers, w,
+                                           InputOptions{true, InputReplicationMode::PER_WORKER, 1, c.policy})));
+    }
+    std::vector<Rows> global;
+    for (const auto& b : c.dataset()) global.push_back(b.to_vector());
+    ASSERT_EQ(per_worker[0].size(), global.size()) << c.describe();
+    const int64_t n = static_cast<int64_t>(c.replicas) * c.workers;
+    for (std::size_t k = 0; k < global.size(); ++k) {
+      const int64_t b = static_cast<int64_t>(global[k].size());
+      std::vector<int64_t> sizes, want;
+      for (const Steps& steps : per_worker)
+        for (const Rows& rows : steps[k]) sizes.push_back(static_cast<int64_t>(rows.size()));
+      for (int64_t r = 0; r < n; ++r) want.push_back(b / n + (r < b % n ? 1 : 0));
+      EXPECT_EQ(sizes, want) << c.describe() << " step " << k;
+    }
+  }
+}
+
 TEST(DataProperty, DealtElementsAreNeitherLostNorDuplicated) {
   std::mt19937_64 rng(99);
   for (int trial = 0; trial < 60; ++trial) {

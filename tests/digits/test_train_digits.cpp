@@ -19,7 +19,7 @@ std::vector<std::vector<float>> train_weights(int replicas, const std::string& o
   mirrored::MirroredStrategy s(devices);
   digits::TrainConfig cfg;
   cfg.epochs = 3;
-  cfg.global_batch = 30;  // 1438 / 30 leaves a partial final batch: trailing replicas get fewer rows
+  cfg.global_batch = 30;  // 1438 / 30 leaves a partial final batch of 28 rows
   cfg.optimizer = optimizer;
   cfg.seed = 7;
   const auto result = digits::train(s, data(), cfg);

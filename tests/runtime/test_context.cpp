@@ -140,6 +140,45 @@ TEST(Context, ExperimentalLocalResults) {
   EXPECT_EQ(s.experimental_local_results(m), (std::vector<double>{1.5, 1.5, 1.5}));
 }
 
+// API.md section 4: experimental_local_results of a variable gives its per-replica components
+// (before issue 13 it gave {variable}).
+TEST(Context, ExperimentalLocalResultsOfAVariableAreItsComponents) {
+  MirroredStrategy s(cpus(3));
+  auto scope = s.scope();
+  Variable<float> v(Tensor<float>{1, 2});
+  v.assign(s.experimental_distribute_values_from_function([](const ValueContext& c) {
+    return Tensor<float>{float(c.replica_id_in_sync_group), 10};
+  }));
+  const std::vector<Variable<float>> parts = s.experimental_local_results(v);
+  ASSERT_EQ(parts.size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(parts[r].value().to_vector(), (std::vector<float>{float(r), 10})) << "replica " << r;
+    EXPECT_EQ(parts[r].value().device(), s.extended().worker_devices()[r]);
+    EXPECT_EQ(parts[r].num_components(), 1u);
+    EXPECT_FALSE(parts[r] == v);
+  }
+  // Each is that copy alone: a write through it changes no other copy.
+  Variable<float> second = parts[1];
+  second.assign(Tensor<float>{7, 7});
+  EXPECT_EQ(v.components()[0].to_vector(), (std::vector<float>{0, 10}));
+  EXPECT_EQ(v.components()[1].to_vector(), (std::vector<float>{7, 7}));
+  EXPECT_EQ(v.components()[2].to_vector(), (std::vector<float>{2, 10}));
+  // Sync-on-read variables too; a component, or a plain variable, is its own only component.
+  Variable<int32_t> counter(
+      0, VariableOptions{"counter", std::nullopt, VariableSynchronization::ON_READ, VariableAggregation::SUM});
+  EXPECT_EQ(s.experimental_local_results(counter).size(), 3u);
+  EXPECT_TRUE(s.experimental_local_results(parts[2]) == std::vector<Variable<float>>{parts[2]});
+}
+
+TEST(Context, ExperimentalLocalResultsOfAPlainVariableIsItself) {
+  Variable<float> plain(3.0f);
+  ASSERT_EQ(plain.strategy(), nullptr);
+  MirroredStrategy s(cpus(2));
+  const auto parts = s.experimental_local_results(plain);
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_TRUE(parts[0] == plain);
+}
+
 TEST(Context, DistributeValuesCallsTheFunctionInReplicaOrderOnTheCaller) {
   MirroredStrategy s(cpus(4));
   std::vector<int> order;

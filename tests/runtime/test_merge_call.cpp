@@ -128,6 +128,68 @@ TEST_P(MergeCallTest, RunAndCollectivesInsideMergeFnAreRejected) {
   EXPECT_THAT(out[0].second, HasSubstr("outside the Strategy::run it belongs to"));
 }
 
+// API.md sections 4 and 5: merge_fn runs in cross-replica context (in_cross_replica_context()
+// true, get_replica_context() null), also in a scope it enters; the replica's context is back
+// once merge_call returns or throws.
+TEST_P(MergeCallTest, CrossReplicaContextInsideMergeFnOnlyAndRestoredAfterwards) {
+  MirroredStrategy s(cpus(n()));
+  struct Seen {
+    bool cross = false, null_ctx = false, cross_in_scope = false, null_in_scope = false, strategy = false;
+  } seen;
+  auto after = s.run([&] {
+    ReplicaContext* mine = get_replica_context();
+    get_replica_context()->merge_call([&](Strategy& st) {
+      seen.cross = in_cross_replica_context();
+      seen.null_ctx = get_replica_context() == nullptr;
+      seen.strategy = &get_strategy() == &s && &st == &s;
+      auto scope = st.scope();  // re-entering the same strategy is fine
+      seen.cross_in_scope = in_cross_replica_context();
+      seen.null_in_scope = get_replica_context() == nullptr;
+    });
+    return get_replica_context() == mine && !in_cross_replica_context() && &get_strategy() == &s;
+  });
+  EXPECT_TRUE(seen.cross);
+  EXPECT_TRUE(seen.null_ctx);
+  EXPECT_TRUE(seen.strategy);
+  EXPECT_TRUE(seen.cross_in_scope);
+  EXPECT_TRUE(seen.null_in_scope);
+  for (int r = 0; r < n(); ++r) EXPECT_TRUE(after[r]) << "replica " << r;
+  // After a merge_fn that threw, on the replica that ran it.
+  std::optional<bool> restored;
+  EXPECT_THROW(s.run([&] {
+    ReplicaContext* mine = get_replica_context();
+    try {
+      get_replica_context()->merge_call([](Strategy&) { throw std::logic_error("merge failed"); });
+    } catch (...) {
+      if (id() == 0) restored = get_replica_context() == mine && !in_cross_replica_context();
+      throw;
+    }
+  }),
+               std::logic_error);
+  ASSERT_TRUE(restored.has_value());
+  EXPECT_TRUE(*restored);
+}
+
+TEST(MergeCallContext, DefaultStrategyMergeFnIsInCrossReplicaContext) {
+  Strategy& d = get_strategy();
+  ASSERT_FALSE(has_strategy());
+  auto probe = [&] {
+    return get_replica_context()->merge_call([&](Strategy& st) {
+      return std::make_tuple(in_cross_replica_context(), get_replica_context() == nullptr, &st == &d);
+    });
+  };
+  // Outside any scope (the default replica context), inside the default strategy's run, and
+  // inside its scope's run.
+  EXPECT_EQ(probe(), std::make_tuple(true, true, true));
+  EXPECT_EQ(d.run(probe)[0], std::make_tuple(true, true, true));
+  {
+    auto scope = d.scope();
+    EXPECT_EQ(d.run(probe)[0], std::make_tuple(true, true, true));
+  }
+  EXPECT_FALSE(in_cross_replica_context());
+  EXPECT_NE(get_replica_context(), nullptr);
+}
+
 INSTANTIATE_TEST_SUITE_P(Replicas, MergeCallTest, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return std::to_string(info.param) + "replicas"; });
 

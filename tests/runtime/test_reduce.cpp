@@ -151,11 +151,61 @@ TEST_P(ReduceTest, NestStructuresMustMatch) {
   if (n() == 1) GTEST_SKIP() << "needs two replicas to differ";
   MirroredStrategy s(cpus(n()));
   auto v = per_replica(s, [](int r) { return std::vector<float>(r == 1 ? 3 : 2, 1.0f); });
-  EXPECT_THAT(message_of<InvalidArgumentError>([&] { (void)s.reduce(ReduceOp::SUM, v, std::nullopt); }),
-              HasSubstr("different structure"));
+  EXPECT_EQ(message_of<InvalidArgumentError>([&] { (void)s.reduce(ReduceOp::SUM, v, std::nullopt); }),
+            "reduce: replica 0 passed a vector of 2 elements but replica 1 passed a vector of 3 elements (nests must "
+            "have the same structure on every replica)");
   auto m = per_replica(s, [](int r) { return std::map<std::string, int>{{r == 1 ? "x" : "y", 1}}; });
-  EXPECT_THAT(message_of<InvalidArgumentError>([&] { (void)s.reduce(ReduceOp::SUM, m, std::nullopt); }),
-              HasSubstr("different structure"));
+  EXPECT_EQ(message_of<InvalidArgumentError>([&] { (void)s.reduce(ReduceOp::SUM, m, std::nullopt); }),
+            "reduce: replica 0 passed keys {\"y\"} but replica 1 passed keys {\"x\"} (nests must have the same "
+            "structure on every replica)");
+}
+
+// Regression (issue 13): map keys were joined with ",", so {"a,b", "c"} and {"a", "b,c"} had
+// the same structure and were summed key by key.
+TEST_P(ReduceTest, MapKeysWithCommasDoNotCollide) {
+  if (n() == 1) GTEST_SKIP() << "needs two replicas to differ";
+  MirroredStrategy s(cpus(n()));
+  auto m = per_replica(s, [](int r) {
+    return r == 1 ? std::map<std::string, float>{{"a", 10}, {"b,c", 20}}
+                  : std::map<std::string, float>{{"a,b", 1}, {"c", 2}};
+  });
+  EXPECT_EQ(message_of<InvalidArgumentError>([&] { (void)s.reduce(ReduceOp::SUM, m, std::nullopt); }),
+            "reduce: replica 0 passed keys {\"a,b\", \"c\"} but replica 1 passed keys {\"a\", \"b,c\"} (nests must "
+            "have the same structure on every replica)");
+  // Nested deeper, the message says where.
+  auto deep = per_replica(s, [](int r) {
+    return std::map<std::string, std::map<std::string, float>>{{"layer", {{r == 1 ? "b,c" : "a,b", 1.0f}}}};
+  });
+  EXPECT_EQ(message_of<InvalidArgumentError>([&] { (void)s.reduce(ReduceOp::SUM, deep, std::nullopt); }),
+            "reduce: replica 0 passed keys {\"a,b\"} but replica 1 passed keys {\"b,c\"} at [\"layer\"] (nests must "
+            "have the same structure on every replica)");
+}
+
+TEST_P(ReduceTest, AxisOutOfRangeOnOneReplicaNamesIt) {
+  if (n() == 1) GTEST_SKIP() << "needs two replicas to differ";
+  MirroredStrategy s(cpus(n()));
+  auto v = per_replica(s, [](int r) { return r == 1 ? Tensor<float>{1, 2} : Tensor<float>::zeros({2, 2}); });
+  EXPECT_EQ(message_of<InvalidArgumentError>([&] { (void)s.reduce(ReduceOp::SUM, v, 1); }),
+            "`axis` = 1 out of range for `value` with rank 1 (replica 1's value)");
+}
+
+TEST_P(ReduceTest, ReduceToAndBatchReduceToNameBothShapes) {
+  if (n() == 1) GTEST_SKIP() << "needs two replicas to differ";
+  MirroredStrategy s(cpus(n()));
+  auto scope = s.scope();
+  auto good = per_replica(s, [](int) { return Tensor<float>{1, 2}; });
+  auto bad = per_replica(s, [](int r) { return r == 1 ? Tensor<float>{1, 2, 3} : Tensor<float>{1, 2}; });
+  Variable<float> var(Tensor<float>::zeros({2}));
+  EXPECT_EQ(message_of<InvalidArgumentError>([&] { (void)s.extended().reduce_to(ReduceOp::SUM, bad, cpu0); }),
+            "reduce_to: replica 0 passed shape (2,) but replica 1 passed shape (3,)");
+  EXPECT_EQ(message_of<InvalidArgumentError>([&] { (void)s.extended().reduce_to(ReduceOp::SUM, bad, var); }),
+            "batch_reduce_to: replica 0 passed shape (2,) but replica 1 passed shape (3,)");
+  EXPECT_EQ(message_of<InvalidArgumentError>([&] {
+              (void)s.extended().batch_reduce_to<float>(ReduceOp::SUM, {{good, var}, {bad, var}});
+            }),
+            "batch_reduce_to: replica 0 passed shape (2,) but replica 1 passed shape (3,) (value 1)");
+  auto ok = s.extended().batch_reduce_to<float>(ReduceOp::SUM, {{good, var}});
+  EXPECT_EQ(ok[0][0].to_vector(), (std::vector<float>{float(n()), 2.0f * n()}));
 }
 
 TEST_P(ReduceTest, NonDistributedValues) {

@@ -120,27 +120,38 @@ constexpr bool nest_has_integer_leaf() {
     }(std::type_identity<X>{});
 }
 
-/// Appends the leaves of `x` in depth-first order (numbers become rank-0 host tensors) and a
-/// description of its structure (vector sizes, map keys) so that nests can be compared.
+/// Appends the leaves of `x` in depth-first order (numbers become rank-0 host tensors) and an
+/// unambiguous encoding of its structure to `structure`, so that two nests can be compared (equal
+/// encodings mean equal structures and leaf counts): a leaf is `.`, a vector `[` its elements `]`,
+/// a tuple `(` its elements `)`, a map `{` then per entry the key's length in decimal, `:`, the key
+/// and the value's encoding, then `}`. Keys are length-prefixed because they may contain any
+/// character: `{"a,b": 1, "c": 2}` must not encode like `{"a": 1, "b,c": 2}`.
 template <class X>
 void flatten(const X& x, std::vector<UntypedTensor>& leaves, std::string& structure) {
   if constexpr (is_tensor_v<X>) {
+    structure += '.';
     leaves.push_back(TensorAccess::erase(x));
   } else if constexpr (is_scalar_leaf_v<X>) {
+    structure += '.';
     leaves.push_back(TensorAccess::erase(Tensor<scalar_element_t<X>>::scalar(static_cast<scalar_element_t<X>>(x))));
   } else if constexpr (is_vector<X>::value) {
-    structure += "[" + std::to_string(x.size()) + "]";
+    structure += '[';
     for (const auto& e : x) flatten(e, leaves, structure);
+    structure += ']';
   } else if constexpr (is_string_map<X>::value) {
-    structure += "{";
+    structure += '{';
     for (const auto& [k, v] : x) {
-      structure += k + ",";
+      structure += std::to_string(k.size());
+      structure += ':';
+      structure += k;
       flatten(v, leaves, structure);
     }
-    structure += "}";
+    structure += '}';
   } else {
     static_assert(is_tuple<X>::value, "not a nest of tensors and numbers");
+    structure += '(';
     std::apply([&](const auto&... e) { (flatten(e, leaves, structure), ...); }, x);
+    structure += ')';
   }
 }
 

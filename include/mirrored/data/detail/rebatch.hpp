@@ -1,10 +1,9 @@
 #pragma once
 /// \file
 /// Internal: the split rules of `experimental_distribute_dataset` (compiled in
-/// src/data_rebatch.cpp).
+/// src/data/rebatch.cpp).
 
 #include <cstdint>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -24,9 +23,9 @@ std::vector<int64_t> batch_sizes_for_worker(int64_t global_batch_size, int num_w
                                             int worker_index);
 
 /// The N = `num_slices` row ranges a batch of `rows` rows is cut into, in global replica order.
-/// BALANCED: slice sizes for a full batch of `full_batch` rows (when unknown or smaller than
-/// `rows`: `rows`), filled in order, so a partial batch leaves trailing slices short or empty.
+/// BALANCED: `floor = rows / N` rows each and one more for the first `rows - N*floor` slices,
+/// for every batch, full or partial (for a full batch, `batch_sizes_for_worker`).
 /// CEIL: `ceil(rows / N)` rows per slice, clipped to the batch.
-std::vector<RowRange> split_rows(RebatchPolicy policy, int64_t rows, std::optional<int64_t> full_batch, int num_slices);
+std::vector<RowRange> split_rows(RebatchPolicy policy, int64_t rows, int num_slices);
 
 }  // namespace mirrored::data::detail

@@ -30,10 +30,9 @@ struct SplitPlan {
   std::vector<Device> devices;  // this worker's replicas, in order (R = devices.size())
   bool fetch_to_device = true;  // put slice r on devices[r]
   RebatchPolicy policy = RebatchPolicy::BALANCED;
-  std::optional<int64_t> global_batch;  // G, from the dataset's last batch
-  bool keep_own_slices = true;          // DATA: of every batch, only this worker's slices; else (FILE,
-                                        // OFF, HINT) all N slices of the worker's batches, R per step
-  bool pass_through = false;            // one replica in sync: elements go through unsplit
+  bool keep_own_slices = true;  // DATA: of every batch, only this worker's slices; else (FILE,
+                                // OFF, HINT) all N slices of the worker's batches, R per step
+  bool pass_through = false;    // one replica in sync: elements go through unsplit
 };
 
 /// \throws InvalidArgumentError naming the component when a batch cannot be split between
@@ -60,7 +59,7 @@ class RebatchSource {
       }
       batch_ = erase_element(*e);
       const int64_t rows = check_splittable(batch_, plan_.num_workers * replicas);
-      ranges_ = split_rows(plan_.policy, rows, plan_.global_batch, plan_.num_workers * replicas);
+      ranges_ = split_rows(plan_.policy, rows, plan_.num_workers * replicas);
       next_group_ = plan_.keep_own_slices ? plan_.worker_index : 0;
       last_group_ = plan_.keep_own_slices ? plan_.worker_index : plan_.num_workers - 1;
     }
