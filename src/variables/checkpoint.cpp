@@ -151,15 +151,12 @@ void fsync_directory(const std::string& path, const std::string& dir) {
   if (::fsync(fd.get()) != 0 && errno != EINVAL) throw_io(path, "fsyncing directory", dir, errno);
 }
 
-/// Bytes of a tensor of `dtype` and `shape`, or nullopt on overflow.
+/// Bytes of a tensor of `dtype` and `shape`, or nullopt when the shape is too large to be a
+/// tensor (the rule of `detail::checked_numel`, so that what passes here can be allocated).
 std::optional<std::uint64_t> byte_size(DType dtype, const Shape& shape) {
-  std::uint64_t n = dtype_size(dtype);
-  for (int64_t d : shape) {
-    const auto ud = static_cast<std::uint64_t>(d);
-    if (ud != 0 && n > std::numeric_limits<std::uint64_t>::max() / ud) return std::nullopt;
-    n *= ud;
-  }
-  return n;
+  const std::optional<int64_t> n = detail::checked_numel(shape, dtype_size(dtype));
+  if (!n) return std::nullopt;
+  return static_cast<std::uint64_t>(*n) * dtype_size(dtype);
 }
 
 std::string hex8(std::uint32_t v) {
@@ -365,7 +362,8 @@ Checkpoint load(const std::string& path, const LoadOptions& options) {
   for (const TensorInfo& t : header.tensors) {
     const auto bytes = byte_size(t.dtype, t.shape);
     MIRRORED_ENFORCE(bytes.has_value(), InvalidArgumentError, prefix(path), "corrupt: tensor ", quoted(t.name),
-                     ": shape ", detail::format_shape(t.shape), " is too large");
+                     ": shape ", detail::format_shape(t.shape),
+                     " is too large (its element count or size in bytes overflows int64)");
     MIRRORED_ENFORCE(t.begin <= t.end, InvalidArgumentError, prefix(path), "corrupt: tensor ", quoted(t.name),
                      ": data_offsets [", t.begin, ", ", t.end, "] are reversed");
     MIRRORED_ENFORCE(t.end - t.begin == *bytes, InvalidArgumentError, prefix(path), "corrupt: tensor ", quoted(t.name),
