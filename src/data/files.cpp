@@ -54,10 +54,12 @@ std::vector<std::string> my_files(const std::vector<std::string>& all, const Ope
 
 class RecordCursor final : public Cursor<Bytes> {
  public:
-  RecordCursor(std::vector<std::string> files, RecordFormat format) : files_(std::move(files)), format_(format) {}
+  RecordCursor(std::vector<std::string> files, RecordFormat format, std::stop_token stop)
+      : files_(std::move(files)), format_(format), stop_(std::move(stop)) {}
 
   std::optional<Bytes> next() override {
     while (true) {
+      throw_if_cancelled(stop_);  // many empty files
       if (!file_ && !open_next()) return std::nullopt;
       if (remaining_ > 0) {
         Bytes record = Bytes::empty({format_.record_bytes});
@@ -100,6 +102,7 @@ class RecordCursor final : public Cursor<Bytes> {
 
   std::vector<std::string> files_;
   RecordFormat format_;
+  std::stop_token stop_;
   std::size_t index_ = 0;
   File file_;
   int64_t remaining_ = 0;
@@ -107,10 +110,11 @@ class RecordCursor final : public Cursor<Bytes> {
 
 class LineCursor final : public Cursor<Bytes> {
  public:
-  explicit LineCursor(std::vector<std::string> files) : files_(std::move(files)) {}
+  LineCursor(std::vector<std::string> files, std::stop_token stop) : files_(std::move(files)), stop_(std::move(stop)) {}
 
   std::optional<Bytes> next() override {
     while (true) {
+      throw_if_cancelled(stop_);  // many empty files
       if (!file_) {
         if (index_ >= files_.size()) return std::nullopt;
         file_ = open_file(files_[index_++], "text_line_dataset");
@@ -144,6 +148,7 @@ class LineCursor final : public Cursor<Bytes> {
   }
 
   std::vector<std::string> files_;
+  std::stop_token stop_;
   std::size_t index_ = 0;
   File file_;
   std::string line_;
@@ -153,12 +158,12 @@ class LineCursor final : public Cursor<Bytes> {
 
 std::unique_ptr<Cursor<Tensor<uint8_t>>> open_record_files(const std::vector<std::string>& files,
                                                            const RecordFormat& format, const OpenContext& ctx) {
-  return std::make_unique<RecordCursor>(my_files(files, ctx), format);
+  return std::make_unique<RecordCursor>(my_files(files, ctx), format, ctx.stop);
 }
 
 std::unique_ptr<Cursor<Tensor<uint8_t>>> open_line_files(const std::vector<std::string>& files,
                                                          const OpenContext& ctx) {
-  return std::make_unique<LineCursor>(my_files(files, ctx));
+  return std::make_unique<LineCursor>(my_files(files, ctx), ctx.stop);
 }
 
 }  // namespace mirrored::data::detail
