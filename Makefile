@@ -3,13 +3,15 @@
 #   make test   - debug build + full ctest run
 #   make asan   - AddressSanitizer/UBSan build + ctest
 #   make tsan   - ThreadSanitizer build + ctest
+#   make fuzz   - libFuzzer build (clang, ASan/UBSan) + every fuzz target for FUZZ_SECONDS (60) each
 #   make cuda   - CUDA/NCCL backend build + ctest (GPU tests skip without a GPU)
 #   make bench  - release build, run every benchmark
 #   make clean  - remove build/
 
 JOBS ?= 2
+FUZZ_SECONDS ?= 60
 
-.PHONY: all deps demo test asan tsan cuda bench clean
+.PHONY: all deps demo test asan tsan fuzz cuda bench clean
 
 all: test
 
@@ -36,6 +38,9 @@ tsan: deps
 	cmake --preset tsan
 	cmake --build --preset tsan -j$(JOBS)
 	ctest --preset tsan
+
+fuzz: deps
+	JOBS=$(JOBS) bash tools/run-fuzz.sh $(FUZZ_SECONDS)
 
 cuda: deps
 	cmake --preset cuda

@@ -18,6 +18,10 @@ packages=(
   libbenchmark-dev
   libeigen3-dev
   zlib1g-dev
+  # The fuzz preset (make fuzz): clang with libFuzzer and the sanitizer runtimes.
+  clang-14
+  libclang-rt-14-dev
+  llvm  # llvm-symbolizer, for symbolized sanitizer reports
 )
 
 is_installed() {

@@ -16,17 +16,24 @@
 /// relative to the start of the data section. `mirrored.checksum` is the CRC-32 (zlib's `crc32`,
 /// the ISO-HDLC polynomial) of the whole data section, 8 lower-case hex digits.
 ///
-/// Saving writes `<path>.tmp`, fsyncs it, renames it over `<path>` and fsyncs the directory: a crash
-/// at any point leaves either the previous file or the new one, never a mix. Loading validates the
-/// whole file (header syntax, dtypes, shapes, offsets, sizes, checksum) before returning anything.
+/// Saving writes a new temporary file `<path>.tmp.<random>` (created with `O_CREAT | O_EXCL |
+/// O_NOFOLLOW`, so a planted file or symlink is never written through), fsyncs it, renames it over
+/// `<path>` and fsyncs the directory: a crash at any point leaves either the previous file or the
+/// new one, never a mix. Saves to one path hold `<path>.lock` (a `flock`; removed when the save
+/// ends) and first remove the temporary files of crashed saves. Loading never blocks on a FIFO,
+/// reads only regular files, and validates the whole file (header syntax, dtypes, shapes, offsets,
+/// sizes, checksum) before returning anything.
 ///
 /// Errors (all name the file, and the tensor where there is one):
 /// - `NotFoundError`: the file (or its directory) does not exist; a requested tensor is absent.
-/// - `InvalidArgumentError`: a truncated or corrupt file (bad header, bad offsets, checksum
-///   mismatch, unsupported dtype); a dtype or shape that differs from what the caller expects;
-///   a bad name or metadata key passed to `save_tensors`.
-/// - `FailedPreconditionError`: another save to the same path is in progress; a permission or
-///   disk-full error. `UnavailableError`: other I/O errors.
+/// - `InvalidArgumentError`: a truncated or corrupt file (bad header, bad offsets, a shape too
+///   large to be a tensor, checksum mismatch, unsupported dtype); something that is not a regular
+///   file (a directory, a FIFO, a device; a symlink in place of the lock file); a dtype or shape
+///   that differs from what the caller expects; a bad name or metadata key passed to
+///   `save_tensors`.
+/// - `PermissionDeniedError`: the file or its directory may not be read or written (EACCES).
+/// - `FailedPreconditionError`: another save to the same path is in progress; a read-only or
+///   full file system. `UnavailableError`: other I/O errors (EIO).
 
 #include <cstddef>
 #include <cstdint>
@@ -127,7 +134,9 @@ class Checkpoint {
 
 /// Loads and validates the whole file at `path`.
 /// \throws NotFoundError when the file does not exist; InvalidArgumentError when it is truncated or
-/// corrupt (the message names the file, the tensor where one is involved, and what is wrong).
+/// corrupt (the message names the file, the tensor where one is involved, and what is wrong) or is
+/// not a regular file (a directory, a FIFO: refused without blocking); PermissionDeniedError when
+/// it may not be read.
 Checkpoint load(const std::string& path, const LoadOptions& options = {});
 
 /// `load(path).tensors()`.
@@ -153,8 +162,12 @@ CheckpointFaultHook set_checkpoint_fault_hook(CheckpointFaultHook hook) noexcept
 /// Largest single write of tensor data.
 inline constexpr std::size_t kCheckpointChunkBytes = std::size_t{1} << 20;
 
-/// The temporary file `checkpoint::save_tensors(path, ...)` writes before renaming it to `path`:
-/// `<path>.tmp`. A crash mid-save can leave it behind; the next save reuses (truncates) it.
-std::string checkpoint_temp_path(const std::string& path);
+/// The name every temporary file of `checkpoint::save_tensors(path, ...)` starts with,
+/// `<path>.tmp.` (a random suffix follows). A crash mid-save can leave one behind; the next save
+/// to `path` removes it.
+std::string checkpoint_temp_prefix(const std::string& path);
+/// The lock file of saves to `path`, `<path>.lock`: present while a save runs, and after a crashed
+/// one until the next save to `path`.
+std::string checkpoint_lock_path(const std::string& path);
 
 }  // namespace mirrored::detail

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -31,8 +32,9 @@ namespace data::detail {
 /// Everything a distributed dataset needs to start a pass; shared by its copies and iterators.
 template <class E>
 struct DistributedState {
-  std::function<StepFn<E>()> open;       // a new pass: the step function of a fresh source
-  std::vector<TensorSpec> replica_spec;  // per-replica element spec (components)
+  std::function<StepFn<E>(std::stop_token)> open;  // a new pass (cancelled through the token): the step
+                                                   // function of a fresh source
+  std::vector<TensorSpec> replica_spec;            // per-replica element spec (components)
   std::size_t num_local_replicas = 1;
   int buffer_size = 1;  // steps kept ready (0: none, no thread)
 };
@@ -85,8 +87,10 @@ DistributedDataset<E> distribute_dataset(const Dataset<E>& ds, std::vector<Devic
   state->replica_spec = per_replica_spec(node->spec(), node->info(), n);
   state->num_local_replicas = plan.devices.size();
   state->buffer_size = o.experimental_per_replica_buffer_size;
-  state->open = [node, ctx = shard.ctx, plan] {
-    auto source = std::make_shared<RebatchSource<E>>(node->open(ctx), plan);
+  state->open = [node, ctx = shard.ctx, plan](std::stop_token stop) {
+    OpenContext pass = ctx;
+    pass.stop = std::move(stop);
+    auto source = std::make_shared<RebatchSource<E>>(node->open(pass), plan, pass.stop);
     return StepFn<E>([source] { return source->next_step(); });
   };
   return DistributedDataset<E>(std::move(state));
@@ -121,9 +125,11 @@ auto distribute_datasets_from_function(Fn& fn, std::vector<Device> devices, int 
   state->replica_spec = nodes[0]->spec();
   state->num_local_replicas = devices.size();
   state->buffer_size = o.experimental_per_replica_buffer_size;
-  state->open = [nodes, devices = std::move(devices), fetch = o.experimental_fetch_to_device] {
+  state->open = [nodes, devices = std::move(devices), fetch = o.experimental_fetch_to_device](std::stop_token stop) {
+    OpenContext pass;
+    pass.stop = std::move(stop);
     std::vector<std::unique_ptr<Cursor<E>>> cursors;
-    for (const auto& node : nodes) cursors.push_back(node->open(OpenContext{}));
+    for (const auto& node : nodes) cursors.push_back(node->open(pass));
     auto source = std::make_shared<FunctionSource<E>>(std::move(cursors), devices, fetch);
     return StepFn<E>([source] { return source->next_step(); });
   };
@@ -136,9 +142,11 @@ auto distribute_datasets_from_function(Fn& fn, std::vector<Device> devices, int 
 /// is a `PerReplica<E>` with one element per replica, on that replica's device. Unless the
 /// per-replica buffer size is 0, a background thread prepares the next steps (reads, slices and
 /// copies them) while the caller runs the current one; it is stopped and joined when the
-/// iterator is destroyed. Errors of the pipeline (a map function's exception, a missing file)
-/// are rethrown, with their type, by the call that would have returned the failed step; the pass
-/// is over after that. Move-only; use from one thread.
+/// iterator is destroyed, also when the pipeline is in the middle of a long pull (a `filter` that
+/// rejects everything of an endless `repeat`: the pipeline's loops observe the cancellation; only
+/// a map function that itself never returns can delay it). Errors of the pipeline (a map
+/// function's exception, a missing file) are rethrown, with their type, by the call that would
+/// have returned the failed step; the pass is over after that. Move-only; use from one thread.
 template <class E>
 class DistributedIterator {
  public:
@@ -201,11 +209,13 @@ class DistributedIterator {
 
   explicit DistributedIterator(std::shared_ptr<const data::detail::DistributedState<E>> state)
       : state_(std::move(state)) {
-    data::detail::StepFn<E> steps = state_->open();
-    if (state_->buffer_size > 0)
-      prefetcher_ = std::make_unique<Steps>(std::move(steps), state_->buffer_size);
-    else
-      direct_ = std::move(steps);
+    if (state_->buffer_size > 0) {
+      std::stop_source pass;  // requested when the background thread is stopped
+      data::detail::StepFn<E> steps = state_->open(pass.get_token());
+      prefetcher_ = std::make_unique<Steps>(std::move(steps), state_->buffer_size, std::move(pass));
+    } else {
+      direct_ = state_->open(std::stop_token{});  // pulled on the caller's thread: nothing to cancel
+    }
   }
 
   std::optional<PerReplica<E>> pull() const {

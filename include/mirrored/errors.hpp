@@ -17,6 +17,7 @@ enum class ErrorCode {
   INVALID_ARGUMENT = 3,
   DEADLINE_EXCEEDED = 4,
   NOT_FOUND = 5,
+  PERMISSION_DENIED = 7,
   FAILED_PRECONDITION = 9,
   ABORTED = 10,
   OUT_OF_RANGE = 11,
@@ -60,6 +61,8 @@ MIRRORED_DEFINE_ERROR(UnavailableError, UNAVAILABLE)
 MIRRORED_DEFINE_ERROR(AbortedError, ABORTED)
 /// A named entity (device, file, tensor) does not exist.
 MIRRORED_DEFINE_ERROR(NotFoundError, NOT_FOUND)
+/// The caller may not do this (a file it may not read, e.g. EACCES).
+MIRRORED_DEFINE_ERROR(PermissionDeniedError, PERMISSION_DENIED)
 /// The operation is not supported by this backend or build (TF's NotImplementedError).
 MIRRORED_DEFINE_ERROR(UnimplementedError, UNIMPLEMENTED)
 /// An invariant of the library itself was broken.

@@ -254,9 +254,10 @@ void Optimizer<T>::apply_gradients(const GradsAndVars<T>& grads_and_vars) {
     vars.push_back(v);
   }
   if (vars.empty()) return;
-  Strategy* owner = vars[0].strategy();
+  Strategy* owner = detail::VariableAccess::state(vars[0]).live_strategy("apply_gradients");
   for (const auto& v : vars) {
-    MIRRORED_ENFORCE(v.strategy() == owner, FailedPreconditionError,
+    MIRRORED_ENFORCE(detail::VariableAccess::state(v).live_strategy("apply_gradients") == owner,
+                     FailedPreconditionError,
                      "Mixing different tf.distribute.Strategy objects: apply_gradients got variables '", vars[0].name(),
                      "' and '", v.name(), "' of different strategies");
   }

@@ -173,6 +173,11 @@ class Strategy {
   StrategyExtended& extended() noexcept { return extended_; }
   /// A name for messages, e.g. "MirroredStrategy".
   virtual std::string name() const = 0;
+  /// A process-unique id (never reused, unlike the object's address), and a weak handle on it
+  /// that expires when the strategy is destroyed: variables keep it to detect that their
+  /// strategy is gone.
+  std::uint64_t id() const noexcept { return *id_; }
+  std::weak_ptr<const std::uint64_t> weak_id() const noexcept { return id_; }
 
   /// Enters this strategy's scope on the calling thread (re-entering the same strategy is fine).
   /// \throws FailedPreconditionError inside `run` ("Method requires being in cross-replica
@@ -280,6 +285,7 @@ class Strategy {
   // Held through a pointer so that user code does not compile the threading machinery.
   std::unique_ptr<detail::StrategyRuntime> rt_;
   std::vector<std::unique_ptr<ReplicaContext>> contexts_;
+  std::shared_ptr<const std::uint64_t> id_;  // from a process-wide counter; see weak_id()
 };
 
 /// The current strategy: the one whose `run` or scope the calling thread is in, else the default

@@ -13,17 +13,18 @@ namespace mirrored {
 
 template <class T>
 bool StrategyExtended::variable_created_in_scope(const Variable<T>& v) const noexcept {
-  return v.strategy() == &s_;
+  return detail::VariableAccess::state(v).belongs_to(&s_);
 }
 
 template <class T, class Fn, class... Args>
 auto StrategyExtended::update(const Variable<T>& var, Fn&& fn, Args&&... args) {
   require_cross_replica("update");
   (s_.check_components("update", args), ...);
-  if (var.strategy() != &s_) {
+  Strategy* owner = detail::VariableAccess::state(var).live_strategy("update");
+  if (owner != &s_) {
     throw FailedPreconditionError("Mixing different tf.distribute.Strategy objects: StrategyExtended::update of " +
                                   s_.name() + " was given variable '" + var.name() + "' of " +
-                                  (var.strategy() ? var.strategy()->name() : std::string("no strategy")));
+                                  (owner ? owner->name() : std::string("no strategy")));
   }
   const int n = s_.num_replicas_in_sync();
   using R = std::invoke_result_t<Fn&, Variable<T>&, detail::replica_arg_t<std::remove_reference_t<Args>>...>;

@@ -52,7 +52,9 @@ void check_same_device(const char* op, const Device& a, const Device& b);
 
 /// A dense, row-major tensor of `T` on one device. Copies are cheap handles that share storage
 /// (like `torch.Tensor`); use `clone()` for an independent copy. Operators return new tensors on
-/// the same device.
+/// the same device. Every factory and `reshape` check the shape: a negative dimension, or one whose
+/// element count or size in bytes overflows int64 (`Tensor<float>::zeros({1 << 32, 1 << 32})`),
+/// throws InvalidArgumentError naming the shape.
 template <class T>
 class Tensor {
   static_assert(is_tensor_element_v<T>, "Tensor<T> supports float, double, int32_t, int64_t, uint8_t");
@@ -71,7 +73,7 @@ class Tensor {
   /// A tensor of `shape` holding `values` (row-major). \throws InvalidArgumentError when the
   /// number of values differs from the shape's element count.
   static Tensor from_vector(std::vector<T> values, Shape shape, const Device& d = cpu0) {
-    const int64_t n = detail::shape_numel(shape);
+    const int64_t n = detail::shape_numel(shape, sizeof(T));
     MIRRORED_ENFORCE(static_cast<int64_t>(values.size()) == n, InvalidArgumentError,
                      "Tensor::from_vector: ", values.size(), " values cannot fill shape ", detail::format_shape(shape),
                      " (", n, " elements)");
@@ -123,7 +125,7 @@ class Tensor {
   /// Same storage viewed with another shape. \throws InvalidArgumentError when the element counts
   /// differ.
   Tensor reshape(Shape shape) const {
-    const int64_t n = detail::shape_numel(shape);
+    const int64_t n = detail::shape_numel(shape, sizeof(T));
     MIRRORED_ENFORCE(n == numel_, InvalidArgumentError, "Tensor::reshape: cannot reshape a tensor of shape ",
                      detail::format_shape(shape_), " (", numel_, " elements) to shape ", detail::format_shape(shape),
                      " (", n, " elements)");
@@ -188,7 +190,7 @@ class Tensor {
  private:
   friend struct detail::TensorAccess;
 
-  Tensor(Shape shape, const Device& d) : shape_(std::move(shape)), numel_(detail::shape_numel(shape_)) {
+  Tensor(Shape shape, const Device& d) : shape_(std::move(shape)), numel_(detail::shape_numel(shape_, sizeof(T))) {
     storage_ = std::make_shared<detail::Storage>(d, std::max<std::size_t>(bytes(), 1));
   }
 

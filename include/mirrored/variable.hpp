@@ -3,6 +3,8 @@
 /// `Variable<T>`: state that stays identical on every replica (mirrored), or that each replica
 /// keeps for itself and that is aggregated when read (sync-on-read).
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -58,6 +60,10 @@ void check_variable_options(const VariableOptions& o, const std::string& dtype, 
 /// Component names: `name:0`, `name/replica_1:0`, …
 std::string component_name(const std::string& name, int replica);
 
+/// \throws FailedPreconditionError: variable `name`'s strategy (`strategy`, e.g.
+/// "MirroredStrategy #3") has been destroyed, so `op` cannot run.
+[[noreturn]] void throw_strategy_destroyed(const std::string& name, const std::string& strategy, const char* op);
+
 /// The state behind a variable handle.
 template <class T>
 struct VariableState {
@@ -66,7 +72,9 @@ struct VariableState {
   VariableSynchronization synchronization = VariableSynchronization::AUTO;
   VariableAggregation aggregation = VariableAggregation::NONE;
   bool sync_on_read = false;
-  Strategy* strategy = nullptr;  // nullptr: a plain variable
+  Strategy* strategy = nullptr;                       // nullptr: a plain variable
+  std::weak_ptr<const std::uint64_t> strategy_alive;  // Strategy::weak_id(): expires with it
+  std::string strategy_name;                          // "MirroredStrategy #3", for messages
   Shape shape;
   mutable std::mutex mu;
   std::vector<Tensor<T>> components;  // one per replica device (one for plain variables)
@@ -79,6 +87,14 @@ struct VariableState {
     std::lock_guard lock(mu);
     components[r] = std::move(t);
   }
+  /// `strategy`, checked to exist still (its address may have been reused by a newer strategy).
+  /// \throws FailedPreconditionError naming the variable and `op` once the strategy is destroyed.
+  Strategy* live_strategy(const char* op) const {
+    if (strategy && strategy_alive.expired()) throw_strategy_destroyed(name, strategy_name, op);
+    return strategy;
+  }
+  /// True when the variable belongs to `s` (and not to a destroyed strategy at the same address).
+  bool belongs_to(const Strategy* s) const noexcept { return strategy == s && s && !strategy_alive.expired(); }
   /// Takes copy `r` out (leaving an empty tensor until `set`), so that a caller holding the only
   /// handle may update it in place.
   Tensor<T> take(std::size_t r) {
@@ -108,6 +124,12 @@ struct VariableAccess;
 /// writes touch the local copy. In cross-replica context writes apply to every copy (a
 /// `PerReplica` value gives each copy its own component); a sync-on-read SUM variable's `assign(v)`
 /// stores v/N per copy, and its `assign_add`/`assign_sub` throw InvalidArgumentError.
+///
+/// Lifetime: a distributed variable must not outlive its strategy. Its copies stay valid (handles
+/// keep them alive, and `components()` and printing still work), but once the strategy is
+/// destroyed every operation that needs it — `value`, `read_value`, `assign*`, `extended().update`,
+/// `apply_gradients`, `checkpoint::save`/`restore` — throws FailedPreconditionError, also when a
+/// newer strategy happens to live at the same address.
 template <class T>
 class Variable {
  public:
@@ -155,7 +177,8 @@ class Variable {
   static constexpr DType dtype() noexcept { return dtype_of<T>(); }
   VariableSynchronization synchronization() const noexcept { return state_->synchronization; }
   VariableAggregation aggregation() const noexcept { return state_->aggregation; }
-  /// The strategy the variable belongs to, or nullptr for a plain variable.
+  /// The strategy the variable belongs to, or nullptr for a plain variable. After that strategy
+  /// is destroyed this is a dangling address (see the lifetime rule above): compare it, never use it.
   Strategy* strategy() const noexcept { return state_->strategy; }
   /// Number of copies (replicas; 1 for a plain variable or a component view).
   std::size_t num_components() const noexcept { return component_ < 0 ? state_->components.size() : 1; }
@@ -187,6 +210,7 @@ class Variable {
 
   template <class V>
   Tensor<T> write(Op op, const char* name, const V& v);
+  std::function<void()> prepare_assign(const Tensor<T>& value) const;
 
   std::shared_ptr<detail::VariableState<T>> state_;
   int component_ = -1;  // >= 0: a view of that copy alone (see StrategyExtended::update)
@@ -214,6 +238,14 @@ struct VariableAccess {
   template <class T>
   static void set_component(const Variable<T>& v, std::size_t r, Tensor<T> t) {
     v.state_->set(r, std::move(t));
+  }
+  /// Phase one of a cross-replica `v.assign(value)`: every check it makes and every copy it needs
+  /// (one per replica device), but nothing stored. Returns phase two, which stores the copies and
+  /// does nothing that can fail, so that a caller assigning many variables can check and copy all
+  /// of them before changing any (checkpoint::restore). \throws what `assign` throws.
+  template <class T>
+  static std::function<void()> prepare_assign(const Variable<T>& v, const Tensor<T>& value) {
+    return v.prepare_assign(value);
   }
 };
 }  // namespace detail
@@ -243,6 +275,10 @@ Variable<T>::Variable(Tensor<T> initial_value, VariableOptions o) {
     st->sync_on_read = opts.synchronization == VariableSynchronization::ON_READ && s;
     st->trainable = opts.trainable.value_or(!st->sync_on_read);
     st->strategy = s;
+    if (s) {
+      st->strategy_alive = s->weak_id();
+      st->strategy_name = s->name() + " #" + std::to_string(s->id());
+    }
     st->shape = init.shape();
     if (s) {
       for (const Device& d : s->extended().worker_devices()) st->components.push_back(init.to(d));
@@ -270,8 +306,9 @@ std::vector<Tensor<T>> Variable<T>::components() const {
 template <class T>
 Tensor<T> Variable<T>::value() const {
   if (component_ >= 0) return state_->get(static_cast<std::size_t>(component_));
-  if (!state_->strategy) return state_->get(0);
-  const auto place = detail::locate_variable(state_->strategy, state_->name, "value", false);
+  Strategy* owner = state_->live_strategy("value");
+  if (!owner) return state_->get(0);
+  const auto place = detail::locate_variable(owner, state_->name, "value", false);
   if (place.replica_context) return state_->get(static_cast<std::size_t>(place.replica));
   return state_->sync_on_read ? aggregate_read() : state_->get(0);
 }
@@ -358,7 +395,7 @@ template <class V>
 Tensor<T> Variable<T>::write(Op op, const char* name, const V& v) {
   if constexpr (is_distributed_v<V>) {
     static_assert(std::is_same_v<typename V::value_type, Tensor<T>>, "assign: PerReplica of Tensor<T> expected");
-    const auto place = detail::locate_variable(state_->strategy, state_->name, name, true);
+    const auto place = detail::locate_variable(state_->live_strategy(name), state_->name, name, true);
     MIRRORED_ENFORCE(!place.replica_context && component_ < 0 && state_->strategy, InvalidArgumentError, "Variable '",
                      state_->name, "'.", name,
                      ": a PerReplica value can only be written to a distributed variable in cross-replica context");
@@ -375,8 +412,9 @@ Tensor<T> Variable<T>::write(Op op, const char* name, const V& v) {
     else
       t = as_tensor(name, v);
     if (component_ >= 0) return apply(op, static_cast<std::size_t>(component_), t);
-    if (!state_->strategy) return apply(op, 0, t);
-    const auto place = detail::locate_variable(state_->strategy, state_->name, name, true);
+    Strategy* owner = state_->live_strategy(name);
+    if (!owner) return apply(op, 0, t);
+    const auto place = detail::locate_variable(owner, state_->name, name, true);
     if (place.replica_context) return replica_write(op, name, place.replica, t);
     return cross_replica_write(op, name, std::vector<Tensor<T>>(state_->components.size(), t));
   }
@@ -390,6 +428,35 @@ std::vector<Variable<T>> Strategy::experimental_local_results(const Variable<T>&
   out.reserve(static_cast<std::size_t>(copies));
   for (int r = 0; r < copies; ++r) out.push_back(detail::VariableAccess::component(var, r));
   return out;
+}
+
+template <class T>
+std::function<void()> Variable<T>::prepare_assign(const Tensor<T>& value) const {
+  const Tensor<T> t = as_tensor("assign", value);
+  std::vector<std::size_t> indices;
+  if (component_ >= 0) {
+    indices.push_back(static_cast<std::size_t>(component_));
+  } else {
+    Strategy* owner = state_->live_strategy("assign");
+    if (owner) {
+      const auto place = detail::locate_variable(owner, state_->name, "assign", true);
+      MIRRORED_ENFORCE(!place.replica_context, FailedPreconditionError, "Variable '", state_->name,
+                       "'.assign: a two-phase (all-or-nothing) assign is cross-replica only; called on replica ",
+                       place.replica, " inside run");
+    }
+    for (std::size_t r = 0; r < state_->components.size(); ++r) indices.push_back(r);
+  }
+  const bool divide = component_ < 0 && state_->sync_on_read && state_->aggregation == VariableAggregation::SUM;
+  const Tensor<T> per_copy = divide ? t / static_cast<T>(indices.size()) : t;
+  std::vector<Tensor<T>> copies;
+  copies.reserve(indices.size());
+  for (std::size_t r : indices) {
+    const Device device = state_->get(r).device();
+    copies.push_back(per_copy.device() == device ? per_copy.clone() : per_copy.to(device));
+  }
+  return [state = state_, indices = std::move(indices), copies = std::move(copies)] {
+    for (std::size_t k = 0; k < indices.size(); ++k) state->set(indices[k], copies[k]);
+  };
 }
 
 template <class T>

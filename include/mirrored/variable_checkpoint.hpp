@@ -21,8 +21,8 @@ class VariableRef {
       : dtype_(dtype_of<T>()),
         shape_(v.shape()),
         read_([v] { return detail::TensorAccess::erase(v.value()); }),
-        write_([w = Variable<T>(v)](const detail::UntypedTensor& t) mutable {
-          w.assign(detail::TensorAccess::restore<T>(t));
+        prepare_write_([v](const detail::UntypedTensor& t) {
+          return detail::VariableAccess::prepare_assign(v, detail::TensorAccess::restore<T>(t));
         }) {}
 
   DType dtype() const noexcept { return dtype_; }
@@ -31,13 +31,17 @@ class VariableRef {
   /// aggregate).
   detail::UntypedTensor read() const { return read_(); }
   /// A cross-replica assign: every replica's copy.
-  void write(const detail::UntypedTensor& t) const { write_(t); }
+  void write(const detail::UntypedTensor& t) const { prepare_write(t)(); }
+  /// Phase one of `write(t)`: every check (the strategy, the context, the shape) and every copy,
+  /// nothing changed; the returned phase two stores the copies and cannot fail.
+  /// \throws what `write` throws.
+  std::function<void()> prepare_write(const detail::UntypedTensor& t) const { return prepare_write_(t); }
 
  private:
   DType dtype_;
   Shape shape_;
   std::function<detail::UntypedTensor()> read_;
-  std::function<void(const detail::UntypedTensor&)> write_;
+  std::function<std::function<void()>(const detail::UntypedTensor&)> prepare_write_;
 };
 
 /// Variables by the name they are stored under.
@@ -49,11 +53,13 @@ using VariableMap = std::map<std::string, VariableRef>;
 void save(const std::string& path, const VariableMap& variables, const Metadata& metadata = {});
 
 /// Restores every variable from `path`: the whole file is loaded and checked (checksum, every
-/// name present, dtypes and shapes equal) before any variable changes, so a failed restore
-/// changes nothing. Inside a strategy's scope (or for its variables anywhere in cross-replica
+/// name present, dtypes and shapes equal), and every variable is checked to be writable here (its
+/// strategy alive and the current one) and its new copies made, before any variable changes, so a
+/// failed restore changes nothing. Inside a strategy's scope (or for its variables anywhere in cross-replica
 /// context) every replica's copy is updated. \throws NotFoundError for a missing file or tensor;
 /// InvalidArgumentError for a corrupt or truncated file or a dtype/shape mismatch, naming the
-/// tensor; FailedPreconditionError inside `run`.
+/// tensor; FailedPreconditionError inside `run`, for a variable of another strategy than the
+/// current one ("Mixing different tf.distribute.Strategy objects") or of a destroyed strategy.
 void restore(const std::string& path, const VariableMap& variables);
 
 }  // namespace mirrored::checkpoint

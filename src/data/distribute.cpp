@@ -22,7 +22,7 @@ const char* policy_name(AutoShardPolicy p) {
 
 ShardPlan file_sharding(const GraphInfo& info, int num_workers, int worker_index) {
   ShardPlan plan;
-  plan.ctx = OpenContext{num_workers, worker_index, true, false};
+  plan.ctx = OpenContext{num_workers, worker_index, true, false, {}};
   plan.keep_own_slices = false;
   MIRRORED_LOG(info, "experimental_distribute_dataset: FILE sharding, worker ", worker_index, " of ", num_workers,
                " reads every ", num_workers, "th of ", *info.num_files, " files");
@@ -54,8 +54,8 @@ ShardPlan resolve_sharding(const GraphInfo& info, int num_workers, int worker_in
   const bool has_files = info.num_files.has_value();
   const bool enough_files = has_files && *info.num_files >= static_cast<std::size_t>(num_workers);
   switch (policy) {
-    case AutoShardPolicy::OFF: return ShardPlan{OpenContext{num_workers, worker_index, false, false}, false};
-    case AutoShardPolicy::HINT: return ShardPlan{OpenContext{num_workers, worker_index, false, true}, false};
+    case AutoShardPolicy::OFF: return ShardPlan{OpenContext{num_workers, worker_index, false, false, {}}, false};
+    case AutoShardPolicy::HINT: return ShardPlan{OpenContext{num_workers, worker_index, false, true, {}}, false};
     case AutoShardPolicy::FILE:
       MIRRORED_ENFORCE(
           has_files, InvalidArgumentError,
@@ -71,8 +71,8 @@ ShardPlan resolve_sharding(const GraphInfo& info, int num_workers, int worker_in
         MIRRORED_LOG(warn, "experimental_distribute_dataset: AUTO sharding falls back to DATA: ", *info.num_files,
                      " files for ", num_workers, " input workers");
       }
-      return ShardPlan{OpenContext{num_workers, worker_index, false, false}, true};
-    case AutoShardPolicy::DATA: return ShardPlan{OpenContext{num_workers, worker_index, false, false}, true};
+      return ShardPlan{OpenContext{num_workers, worker_index, false, false, {}}, true};
+    case AutoShardPolicy::DATA: return ShardPlan{OpenContext{num_workers, worker_index, false, false, {}}, true};
   }
   throw InvalidArgumentError(std::string("unknown AutoShardPolicy ") + policy_name(policy));
 }

@@ -1,9 +1,9 @@
 // File sources of the input pipeline: fixed-length binary records and text lines over a list
 // of files, read sequentially one file at a time (files are opened only when reached).
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,25 +12,35 @@
 
 #include "mirrored/data/files.hpp"
 #include "mirrored/errors.hpp"
+#include "util/files.hpp"
 
 namespace mirrored::data::detail {
 namespace {
 
 using Bytes = Tensor<uint8_t>;
+using ::mirrored::detail::str_cat;
 
 struct FileCloser {
   void operator()(std::FILE* f) const noexcept { std::fclose(f); }
 };
 using File = std::unique_ptr<std::FILE, FileCloser>;
 
-File open_file(const std::string& path, const char* what) {
-  std::error_code ec;
-  MIRRORED_ENFORCE(std::filesystem::exists(path, ec) && !std::filesystem::is_directory(path, ec), NotFoundError, what,
-                   ": ", path, "; No such file or directory");
-  File f(std::fopen(path.c_str(), "rb"));
-  MIRRORED_ENFORCE(f != nullptr, NotFoundError, what, ": cannot open ", path, ": ", std::strerror(errno));
+// Opens a data file without blocking on a FIFO; only regular files are accepted (see
+// open_regular_file for the error types). Returns the stream and the file's size when opened.
+File open_file(const std::string& path, const char* what, std::uint64_t* size = nullptr) {
+  ::mirrored::detail::ReadableFile file = ::mirrored::detail::open_regular_file(path, std::string(what) + ": ");
+  if (size) *size = file.size();
+  File f(::fdopen(file.fd(), "rb"));
+  if (!f) ::mirrored::detail::throw_file_error(std::string(what) + ": ", "opening", path, errno);
+  file.release();  // the stream owns it now
   std::setvbuf(f.get(), nullptr, _IOFBF, 1 << 16);
   return f;
+}
+
+// A read that stopped early: a read error (errno, naming the file), else the file got shorter.
+[[noreturn]] void throw_read_error(std::FILE* f, const char* what, const std::string& path) {
+  if (std::ferror(f)) ::mirrored::detail::throw_file_error(std::string(what) + ": ", "reading", path, errno);
+  throw InvalidArgumentError(str_cat(what, ": unexpected end of file in '", path, "' (the file changed while read?)"));
 }
 
 // The files of `all` this worker reads (FILE sharding: file i goes to worker i % num_workers).
@@ -44,17 +54,19 @@ std::vector<std::string> my_files(const std::vector<std::string>& all, const Ope
 
 class RecordCursor final : public Cursor<Bytes> {
  public:
-  RecordCursor(std::vector<std::string> files, RecordFormat format) : files_(std::move(files)), format_(format) {}
+  RecordCursor(std::vector<std::string> files, RecordFormat format, std::stop_token stop)
+      : files_(std::move(files)), format_(format), stop_(std::move(stop)) {}
 
   std::optional<Bytes> next() override {
     while (true) {
+      throw_if_cancelled(stop_);  // many empty files
       if (!file_ && !open_next()) return std::nullopt;
       if (remaining_ > 0) {
         Bytes record = Bytes::empty({format_.record_bytes});
         const auto n = static_cast<std::size_t>(format_.record_bytes);
-        MIRRORED_ENFORCE(std::fread(record.data(), 1, n, file_.get()) == n, InvalidArgumentError,
-                         "fixed_length_record_dataset: short read in ", files_[index_ - 1],
-                         " (file changed while read?)");
+        errno = 0;
+        if (std::fread(record.data(), 1, n, file_.get()) != n)
+          throw_read_error(file_.get(), "fixed_length_record_dataset", files_[index_ - 1]);
         --remaining_;
         return record;
       }
@@ -66,23 +78,31 @@ class RecordCursor final : public Cursor<Bytes> {
   bool open_next() {
     if (index_ >= files_.size()) return false;
     const std::string& path = files_[index_++];
-    file_ = open_file(path, "fixed_length_record_dataset");
-    std::error_code ec;
-    const auto size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
-    MIRRORED_ENFORCE(!ec, NotFoundError, "fixed_length_record_dataset: cannot stat ", path, ": ", ec.message());
-    const int64_t body = size - format_.header_bytes - format_.footer_bytes;
-    MIRRORED_ENFORCE(body >= 0 && body % format_.record_bytes == 0, InvalidArgumentError,
+    std::uint64_t size = 0;
+    file_ = open_file(path, "fixed_length_record_dataset", &size);
+    // Header and footer sizes are any int64 >= 0: compare before subtracting, so that sizes near
+    // INT64_MAX cannot overflow.
+    const auto header = static_cast<std::uint64_t>(format_.header_bytes);
+    const auto footer = static_cast<std::uint64_t>(format_.footer_bytes);
+    MIRRORED_ENFORCE(header <= size && footer <= size - header, InvalidArgumentError,
+                     "fixed_length_record_dataset: input file \"", path, "\" has ", size,
+                     " bytes, fewer than its header (", format_.header_bytes, " bytes) and footer (",
+                     format_.footer_bytes, " bytes) together");
+    const auto body = static_cast<int64_t>(size - header - footer);
+    MIRRORED_ENFORCE(body % format_.record_bytes == 0, InvalidArgumentError,
                      "fixed_length_record_dataset: Excluding the header (", format_.header_bytes,
                      " bytes) and footer (", format_.footer_bytes, " bytes), input file \"", path,
                      "\" has body length ", body, " bytes, which is not an exact multiple of the record length (",
                      format_.record_bytes, " bytes).");
     remaining_ = body / format_.record_bytes;
-    if (format_.header_bytes) std::fseek(file_.get(), static_cast<long>(format_.header_bytes), SEEK_SET);
+    if (header && ::fseeko(file_.get(), static_cast<off_t>(header), SEEK_SET) != 0)
+      ::mirrored::detail::throw_file_error("fixed_length_record_dataset: ", "seeking in", path, errno);
     return true;
   }
 
   std::vector<std::string> files_;
   RecordFormat format_;
+  std::stop_token stop_;
   std::size_t index_ = 0;
   File file_;
   int64_t remaining_ = 0;
@@ -90,10 +110,11 @@ class RecordCursor final : public Cursor<Bytes> {
 
 class LineCursor final : public Cursor<Bytes> {
  public:
-  explicit LineCursor(std::vector<std::string> files) : files_(std::move(files)) {}
+  LineCursor(std::vector<std::string> files, std::stop_token stop) : files_(std::move(files)), stop_(std::move(stop)) {}
 
   std::optional<Bytes> next() override {
     while (true) {
+      throw_if_cancelled(stop_);  // many empty files
       if (!file_) {
         if (index_ >= files_.size()) return std::nullopt;
         file_ = open_file(files_[index_++], "text_line_dataset");
@@ -108,21 +129,26 @@ class LineCursor final : public Cursor<Bytes> {
   }
 
  private:
-  // Reads one line without its "\n" or "\r\n"; false at the end of the file.
+  // Reads one line without its "\n" or "\r\n"; false at the end of the file. A read error is
+  // an error naming the file and errno, not an end of file (which would lose data silently).
   bool read_line() {
     line_.clear();
     int c;
     bool any = false;
+    errno = 0;
     while ((c = std::getc(file_.get())) != EOF) {
       any = true;
       if (c == '\n') break;
       line_.push_back(static_cast<char>(c));
     }
+    if (c == EOF && std::ferror(file_.get()))
+      ::mirrored::detail::throw_file_error("text_line_dataset: ", "reading", files_[index_ - 1], errno);
     if (!line_.empty() && line_.back() == '\r') line_.pop_back();
     return any;
   }
 
   std::vector<std::string> files_;
+  std::stop_token stop_;
   std::size_t index_ = 0;
   File file_;
   std::string line_;
@@ -132,12 +158,12 @@ class LineCursor final : public Cursor<Bytes> {
 
 std::unique_ptr<Cursor<Tensor<uint8_t>>> open_record_files(const std::vector<std::string>& files,
                                                            const RecordFormat& format, const OpenContext& ctx) {
-  return std::make_unique<RecordCursor>(my_files(files, ctx), format);
+  return std::make_unique<RecordCursor>(my_files(files, ctx), format, ctx.stop);
 }
 
 std::unique_ptr<Cursor<Tensor<uint8_t>>> open_line_files(const std::vector<std::string>& files,
                                                          const OpenContext& ctx) {
-  return std::make_unique<LineCursor>(my_files(files, ctx));
+  return std::make_unique<LineCursor>(my_files(files, ctx), ctx.stop);
 }
 
 }  // namespace mirrored::data::detail

@@ -4,7 +4,10 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
+#include <optional>
+#include <stop_token>
 #include <thread>
 
 #include "mirrored/data/detail/prefetch.hpp"
@@ -22,8 +25,8 @@ constexpr std::chrono::microseconds kProducerSpin{20};
 }  // namespace
 
 struct PrefetchQueue::State {
-  State(std::function<Item()> produce, std::size_t capacity)
-      : produce(std::move(produce)), capacity(capacity < 1 ? 1 : capacity) {}
+  State(std::function<Item()> produce, std::size_t capacity, std::stop_source own)
+      : produce(std::move(produce)), capacity(capacity < 1 ? 1 : capacity), own(std::move(own)) {}
 
   void loop() {
     try {
@@ -42,6 +45,9 @@ struct PrefetchQueue::State {
         size.store(items.size(), std::memory_order_release);
         not_empty.notify_one();
       }
+    } catch (const PassCancelled&) {
+      // The pass was cancelled (this queue is being destroyed, or the pass it belongs to is):
+      // nobody will take another item, and there is no error to report.
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu);
       error = std::current_exception();
@@ -54,27 +60,46 @@ struct PrefetchQueue::State {
     not_empty.notify_all();
   }
 
+  // The pass it belongs to was cancelled: `own` is requested and the consumer released.
+  void cancel_from_outer() {
+    own.request_stop();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      cancelled = true;
+      cancelled_flag.store(true, std::memory_order_release);
+    }
+    not_empty.notify_all();
+  }
+
   std::function<Item()> produce;
   const std::size_t capacity;
+  std::stop_source own;  // the pass `produce` pulls from
   std::mutex mu;
   std::condition_variable not_empty, not_full;
   std::deque<Item> items;
-  bool stop = false, done = false;
+  bool stop = false, done = false, cancelled = false;
   std::exception_ptr error;
-  // Lock-free copies of items.size(), done and stop for the spin phase (written under mu).
+  // Lock-free copies of items.size(), done, stop and cancelled for the spin phase (written under mu).
   std::atomic<std::size_t> size{0};
-  std::atomic<bool> finished{false}, stopping{false};
-  std::thread thread;  // started last, once everything above is initialised
+  std::atomic<bool> finished{false}, stopping{false}, cancelled_flag{false};
+  std::optional<std::stop_callback<std::function<void()>>> on_outer;  // set after the thread starts
+  std::thread thread;                                                 // started once everything above is initialised
 };
 
-PrefetchQueue::PrefetchQueue(std::function<Item()> produce, std::size_t capacity)
-    : state_(std::make_unique<State>(std::move(produce), capacity)) {
+PrefetchQueue::PrefetchQueue(std::function<Item()> produce, std::size_t capacity, std::stop_source own,
+                             std::stop_token outer)
+    : state_(std::make_unique<State>(std::move(produce), capacity, std::move(own))) {
   State* s = state_.get();
   s->thread = std::thread([s] { s->loop(); });
+  // Runs at once when `outer` is already requested.
+  if (outer.stop_possible())
+    s->on_outer.emplace(std::move(outer), std::function<void()>([s] { s->cancel_from_outer(); }));
 }
 
 PrefetchQueue::~PrefetchQueue() {
   State& s = *state_;
+  s.on_outer.reset();    // waits for a callback in progress; none can start after this
+  s.own.request_stop();  // cursor loops of the pass unwind (PassCancelled)
   {
     std::lock_guard<std::mutex> lock(s.mu);
     s.stop = true;
@@ -87,10 +112,14 @@ PrefetchQueue::~PrefetchQueue() {
 PrefetchQueue::Item PrefetchQueue::next() {
   State& s = *state_;
   mirrored::detail::spin_for(
-      [&] { return s.size.load(std::memory_order_acquire) > 0 || s.finished.load(std::memory_order_acquire); },
+      [&] {
+        return s.size.load(std::memory_order_acquire) > 0 || s.finished.load(std::memory_order_acquire) ||
+               s.cancelled_flag.load(std::memory_order_acquire);
+      },
       kConsumerSpin);
   std::unique_lock<std::mutex> lock(s.mu);
-  s.not_empty.wait(lock, [&] { return !s.items.empty() || s.done; });
+  s.not_empty.wait(lock, [&] { return !s.items.empty() || s.done || s.cancelled; });
+  if (s.cancelled) throw PassCancelled{};
   if (s.items.empty()) {
     if (s.error) std::rethrow_exception(std::exchange(s.error, nullptr));
     return nullptr;

@@ -13,12 +13,8 @@ namespace {
 
 namespace core = ::mirrored::detail;
 
-// Elements per row (product of the dimensions after the first).
-int64_t row_elements(const Shape& shape) {
-  int64_t n = 1;
-  for (std::size_t d = 1; d < shape.size(); ++d) n *= shape[d];
-  return n;
-}
+// Elements per row (product of the dimensions after the first), checked like every shape.
+int64_t row_elements(const Shape& shape) { return core::shape_numel(Shape(shape.begin() + 1, shape.end())); }
 
 void require_rows(const UntypedTensor& t, const char* op) {
   MIRRORED_ENFORCE(!t.shape.empty(), InvalidArgumentError, op,

@@ -1,6 +1,7 @@
 #include "mirrored/strategy.hpp"
 
 #include <algorithm>
+#include <atomic>
 
 #include "collectives/collective_helpers.hpp"
 #include "collectives/ops_selection.hpp"
@@ -75,6 +76,8 @@ Strategy::Strategy(std::vector<Device> devices, std::shared_ptr<CrossDeviceOps> 
   contexts_.reserve(devices_.size());
   for (int r = 0; r < num_replicas_in_sync(); ++r)
     contexts_.push_back(std::unique_ptr<ReplicaContext>(new ReplicaContext(*this, r)));
+  static std::atomic<std::uint64_t> next_id{1};
+  id_ = std::make_shared<const std::uint64_t>(next_id.fetch_add(1, std::memory_order_relaxed));
 }
 
 Strategy::~Strategy() = default;

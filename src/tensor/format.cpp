@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "mirrored/dtype.hpp"
 #include "mirrored/errors.hpp"
@@ -83,13 +84,33 @@ std::string format_shape(const Shape& shape) {
   return out + ")";
 }
 
-int64_t shape_numel(const Shape& shape) {
-  int64_t n = 1;
+std::optional<int64_t> checked_numel(const Shape& shape, std::size_t element_size) noexcept {
+  constexpr auto kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  if (element_size == 0 || element_size > kMax) return std::nullopt;
+  // The product of the non-zero dimensions, times the element size, bounded by kMax at every step.
+  uint64_t bound = element_size;
+  bool empty = false;
   for (int64_t d : shape) {
-    MIRRORED_ENFORCE(d >= 0, InvalidArgumentError, "shape ", format_shape(shape), " has a negative dimension");
-    n *= d;
+    if (d < 0) return std::nullopt;
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    const auto ud = static_cast<uint64_t>(d);
+    if (bound > kMax / ud) return std::nullopt;
+    bound *= ud;
   }
-  return n;
+  return empty ? 0 : static_cast<int64_t>(bound / element_size);
+}
+
+int64_t shape_numel(const Shape& shape, std::size_t element_size) {
+  for (int64_t d : shape)
+    MIRRORED_ENFORCE(d >= 0, InvalidArgumentError, "shape ", format_shape(shape), " has a negative dimension");
+  const std::optional<int64_t> n = checked_numel(shape, element_size);
+  MIRRORED_ENFORCE(n.has_value(), InvalidArgumentError, "shape ", format_shape(shape),
+                   " is too large: its element count or its size in bytes (elements of ", element_size,
+                   " bytes) overflows int64");
+  return *n;
 }
 
 std::string join_repr(const std::vector<std::string>& parts, const char* open, const char* close) {

@@ -30,7 +30,7 @@ UntypedTensor make_untyped(DType dtype, const Shape& shape, const Device& device
   UntypedTensor t;
   t.dtype = dtype;
   t.shape = shape;
-  t.numel = shape_numel(shape);
+  t.numel = shape_numel(shape, dtype_size(dtype));
   t.storage = std::make_shared<Storage>(device, std::max<std::size_t>(t.bytes(), 1));
   return t;
 }

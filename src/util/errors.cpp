@@ -9,6 +9,7 @@ const char* error_code_name(ErrorCode code) noexcept {
     case ErrorCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
     case ErrorCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
     case ErrorCode::NOT_FOUND: return "NOT_FOUND";
+    case ErrorCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
     case ErrorCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
     case ErrorCode::ABORTED: return "ABORTED";
     case ErrorCode::OUT_OF_RANGE: return "OUT_OF_RANGE";

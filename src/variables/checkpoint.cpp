@@ -2,11 +2,10 @@
 
 #include "mirrored/checkpoint.hpp"
 
+#include "util/atomic_file.hpp"
+#include "util/files.hpp"
 #include "variables/checkpoint_header.hpp"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -56,7 +55,8 @@ std::uint32_t checkpoint_crc32(std::uint32_t crc, const void* data, std::size_t 
 
 CheckpointFaultHook set_checkpoint_fault_hook(CheckpointFaultHook hook) noexcept { return g_fault_hook.exchange(hook); }
 
-std::string checkpoint_temp_path(const std::string& path) { return path + ".tmp"; }
+std::string checkpoint_temp_prefix(const std::string& path) { return AtomicFileWriter::temp_prefix(path); }
+std::string checkpoint_lock_path(const std::string& path) { return AtomicFileWriter::lock_path(path); }
 
 }  // namespace detail
 
@@ -74,39 +74,8 @@ constexpr std::string_view kChecksumPrefix = "crc32:";
 // --- I/O helpers -----------------------------------------------------------------------------
 
 [[noreturn]] void throw_io(const std::string& path, const char* what, const std::string& file, int err) {
-  const std::string msg = str_cat(prefix(path), what, " '", file, "' failed: ", std::strerror(err));
-  switch (err) {
-    case ENOENT: throw NotFoundError(msg);
-    case EINVAL:
-    case EISDIR:
-    case ENOTDIR:
-    case ENAMETOOLONG:
-    case ELOOP: throw InvalidArgumentError(msg);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG: throw FailedPreconditionError(msg);
-    default: throw UnavailableError(msg);
-  }
+  detail::throw_file_error(prefix(path), what, file, err);
 }
-
-/// Closes a file descriptor on scope exit unless released.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const noexcept { return fd_; }
-  int release() noexcept { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 void write_all(int fd, const void* data, std::size_t bytes, const std::string& path, const std::string& file) {
   const auto* p = static_cast<const char*>(data);
@@ -137,29 +106,12 @@ std::size_t read_full(int fd, void* data, std::size_t bytes, const std::string& 
   return done;
 }
 
-std::string directory_of(const std::string& path) {
-  const auto slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-void fsync_directory(const std::string& path, const std::string& dir) {
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() < 0) throw_io(path, "opening directory", dir, errno);
-  // Some file systems cannot fsync a directory (EINVAL); the rename itself has happened.
-  if (::fsync(fd.get()) != 0 && errno != EINVAL) throw_io(path, "fsyncing directory", dir, errno);
-}
-
-/// Bytes of a tensor of `dtype` and `shape`, or nullopt on overflow.
+/// Bytes of a tensor of `dtype` and `shape`, or nullopt when the shape is too large to be a
+/// tensor (the rule of `detail::checked_numel`, so that what passes here can be allocated).
 std::optional<std::uint64_t> byte_size(DType dtype, const Shape& shape) {
-  std::uint64_t n = dtype_size(dtype);
-  for (int64_t d : shape) {
-    const auto ud = static_cast<std::uint64_t>(d);
-    if (ud != 0 && n > std::numeric_limits<std::uint64_t>::max() / ud) return std::nullopt;
-    n *= ud;
-  }
-  return n;
+  const std::optional<int64_t> n = detail::checked_numel(shape, dtype_size(dtype));
+  if (!n) return std::nullopt;
+  return static_cast<std::uint64_t>(*n) * dtype_size(dtype);
 }
 
 std::string hex8(std::uint32_t v) {
@@ -189,30 +141,6 @@ std::optional<std::uint32_t> parse_checksum(std::string_view s) {
 
 void call_fault_hook(const std::string& temp, std::uint64_t written, std::uint64_t total) {
   if (auto hook = detail::g_fault_hook.load()) hook(temp, written, total);
-}
-
-/// Opens `<path>.tmp` for writing, exclusively: takes a non-blocking `flock` and makes sure the
-/// locked file is still the one at that path (a concurrent save may have renamed it away), then
-/// truncates it. A leftover from a crashed save is simply reused.
-int open_temp_locked(const std::string& path, const std::string& temp) {
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
-    if (fd.get() < 0) throw_io(path, "creating", temp, errno);
-    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-      if (errno == EWOULDBLOCK)
-        throw FailedPreconditionError(
-            str_cat(prefix(path), "another save to this path is in progress (", temp, " is locked)"));
-      throw_io(path, "locking", temp, errno);
-    }
-    struct stat by_fd {
-    }, by_name{};
-    if (::fstat(fd.get(), &by_fd) != 0) throw_io(path, "stat of", temp, errno);
-    if (::stat(temp.c_str(), &by_name) != 0 || by_fd.st_ino != by_name.st_ino || by_fd.st_dev != by_name.st_dev)
-      continue;  // renamed or removed by the save that held the lock: open the new one
-    if (::ftruncate(fd.get(), 0) != 0) throw_io(path, "truncating", temp, errno);
-    return fd.release();
-  }
-  throw FailedPreconditionError(str_cat(prefix(path), "could not lock ", temp, " (concurrent saves?)"));
 }
 
 void check_name(const std::string& path, std::string_view kind, const std::string& name) {
@@ -274,15 +202,16 @@ void save_tensors(const std::string& path, const TensorMap& tensors, const Metad
                    " bytes exceeds the safetensors limit of ", kMaxHeaderBytes, " bytes");
   const std::uint64_t total = 8 + header.size() + data_bytes;
 
-  // --- write <path>.tmp, fsync, rename over <path>, fsync the directory ---
-  const std::string temp = detail::checkpoint_temp_path(path);
-  Fd fd(open_temp_locked(path, temp));
-  try {
+  // --- write a fresh temporary file, fsync, rename over <path>, fsync the directory ---
+  detail::AtomicFileWriter file(path, prefix(path));
+  const int fd = file.fd();
+  const std::string& temp = file.temp_path();
+  {
     unsigned char len[8];
     const std::uint64_t n = header.size();
     for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-    write_all(fd.get(), len, 8, path, temp);
-    write_all(fd.get(), header.data(), header.size(), path, temp);
+    write_all(fd, len, 8, path, temp);
+    write_all(fd, header.data(), header.size(), path, temp);
     std::uint64_t written = 8 + header.size();
     call_fault_hook(temp, written, total);
 
@@ -299,39 +228,28 @@ void save_tensors(const std::string& path, const TensorMap& tensors, const Metad
         const std::size_t chunk = std::min(staging.size(), bytes - off);
         backend.copy_to_host(staging.data(), src + off, chunk);
         crc = detail::checkpoint_crc32(crc, staging.data(), chunk);
-        write_all(fd.get(), staging.data(), chunk, path, temp);
+        write_all(fd, staging.data(), chunk, path, temp);
         written += chunk;
         call_fault_hook(temp, written, total);
       }
     }
     const std::string hex = hex8(crc);
     const auto at = static_cast<off_t>(8 + checksum_pos);
-    if (::pwrite(fd.get(), hex.data(), hex.size(), at) != static_cast<ssize_t>(hex.size()))
+    errno = 0;
+    if (::pwrite(fd, hex.data(), hex.size(), at) != static_cast<ssize_t>(hex.size()))
       throw_io(path, "writing", temp, errno ? errno : EIO);
-    if (::fsync(fd.get()) != 0) throw_io(path, "fsyncing", temp, errno);
-    if (::rename(temp.c_str(), path.c_str()) != 0) throw_io(path, "renaming", temp, errno);
-  } catch (...) {
-    ::unlink(temp.c_str());
-    throw;
   }
-  if (::close(fd.release()) != 0) throw_io(path, "closing", path, errno);
-  fsync_directory(path, directory_of(path));
+  file.commit();  // on any error before this, `file` removes the temporary file
 }
 
 Checkpoint load(const std::string& path, const LoadOptions& options) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
-    if (errno == ENOENT) throw NotFoundError(str_cat(prefix(path), "no such file"));
-    throw_io(path, "opening", path, errno);
-  }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) throw_io(path, "stat of", path, errno);
-  MIRRORED_ENFORCE(S_ISREG(st.st_mode), InvalidArgumentError, prefix(path), "not a regular file");
-  const auto file_size = static_cast<std::uint64_t>(st.st_size);
+  // Never blocks in open (a FIFO), and only a regular file is read.
+  const detail::ReadableFile fd = detail::open_regular_file(path, prefix(path));
+  const std::uint64_t file_size = fd.size();
 
   // --- header ---
   unsigned char len[8];
-  MIRRORED_ENFORCE(file_size >= 8 && read_full(fd.get(), len, 8, path) == 8, InvalidArgumentError, prefix(path),
+  MIRRORED_ENFORCE(file_size >= 8 && read_full(fd.fd(), len, 8, path) == 8, InvalidArgumentError, prefix(path),
                    "truncated: the file has ", file_size, " bytes, too few for the 8-byte header length");
   std::uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len[i];
@@ -340,7 +258,7 @@ Checkpoint load(const std::string& path, const LoadOptions& options) {
   MIRRORED_ENFORCE(8 + header_len <= file_size, InvalidArgumentError, prefix(path), "truncated: header length ",
                    header_len, " needs ", 8 + header_len, " bytes, the file has ", file_size);
   std::string text(static_cast<std::size_t>(header_len), '\0');
-  MIRRORED_ENFORCE(read_full(fd.get(), text.data(), text.size(), path) == text.size(), InvalidArgumentError,
+  MIRRORED_ENFORCE(read_full(fd.fd(), text.data(), text.size(), path) == text.size(), InvalidArgumentError,
                    prefix(path), "truncated while reading the header (the file changed?)");
   Header header = parse_header(text, path);
   const std::uint64_t data_size = file_size - 8 - header_len;
@@ -365,7 +283,8 @@ Checkpoint load(const std::string& path, const LoadOptions& options) {
   for (const TensorInfo& t : header.tensors) {
     const auto bytes = byte_size(t.dtype, t.shape);
     MIRRORED_ENFORCE(bytes.has_value(), InvalidArgumentError, prefix(path), "corrupt: tensor ", quoted(t.name),
-                     ": shape ", detail::format_shape(t.shape), " is too large");
+                     ": shape ", detail::format_shape(t.shape),
+                     " is too large (its element count or size in bytes overflows int64)");
     MIRRORED_ENFORCE(t.begin <= t.end, InvalidArgumentError, prefix(path), "corrupt: tensor ", quoted(t.name),
                      ": data_offsets [", t.begin, ", ", t.end, "] are reversed");
     MIRRORED_ENFORCE(t.end - t.begin == *bytes, InvalidArgumentError, prefix(path), "corrupt: tensor ", quoted(t.name),
@@ -401,7 +320,7 @@ Checkpoint load(const std::string& path, const LoadOptions& options) {
     detail::UntypedTensor u = detail::make_untyped(t->dtype, t->shape, cpu0);
     const std::size_t bytes = u.bytes();
     auto* dst = static_cast<unsigned char*>(u.data());
-    MIRRORED_ENFORCE(read_full(fd.get(), dst, bytes, path) == bytes, InvalidArgumentError, prefix(path),
+    MIRRORED_ENFORCE(read_full(fd.fd(), dst, bytes, path) == bytes, InvalidArgumentError, prefix(path),
                      "truncated while reading tensor ", quoted(t->name), " (the file changed?)");
     crc = detail::checkpoint_crc32(crc, dst, bytes);
     tensors.emplace(t->name, std::move(u));

@@ -61,6 +61,12 @@ void check_variable_options(const VariableOptions& o, const std::string& dtype, 
   }
 }
 
+void throw_strategy_destroyed(const std::string& name, const std::string& strategy, const char* op) {
+  throw FailedPreconditionError(str_cat("Variable '", name, "'.", op, ": the variable belongs to ", strategy,
+                                        ", which has been destroyed; a variable cannot be used after its strategy "
+                                        "is gone (create it in the scope of the strategy that uses it)"));
+}
+
 std::string component_name(const std::string& name, int replica) {
   return replica == 0 ? name + ":0" : name + "/replica_" + std::to_string(replica) + ":0";
 }

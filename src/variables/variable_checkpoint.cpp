@@ -1,5 +1,8 @@
 #include "mirrored/variable_checkpoint.hpp"
 
+#include <functional>
+#include <vector>
+
 #include "runtime/default_strategy.hpp"
 
 namespace mirrored::checkpoint {
@@ -25,7 +28,12 @@ void restore(const std::string& path, const VariableMap& variables) {
   require_cross_replica("restore");
   const Checkpoint ckpt = load(path);
   for (const auto& [name, ref] : variables) ckpt.check(name, ref.dtype(), ref.shape());
-  for (const auto& [name, ref] : variables) ref.write(ckpt.at(name));
+  // Everything that can fail (a variable of another or a destroyed strategy, a device copy)
+  // happens in phase one, for every variable, before the first one changes.
+  std::vector<std::function<void()>> commits;
+  commits.reserve(variables.size());
+  for (const auto& [name, ref] : variables) commits.push_back(ref.prepare_write(ckpt.at(name)));
+  for (const auto& commit : commits) commit();
 }
 
 }  // namespace mirrored::checkpoint

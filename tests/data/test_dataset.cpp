@@ -94,6 +94,25 @@ TEST(DataDataset, FromTensorSlicesErrors) {
               HasSubstr("same size in the first dimension"));
 }
 
+// Regression (issue 13, item 4): a {1<<32, 1<<32} tensor had numel 0 and a 1-byte buffer, and
+// from_tensor_slices then copied 16 GiB rows out of it (segfault).
+TEST(DataDataset, ShapesThatOverflowAreRejectedNotSliced) {
+  constexpr int64_t k32 = int64_t{1} << 32;
+  EXPECT_THAT(message_of<InvalidArgumentError>([] {
+                for (const auto& row : data::from_tensor_slices(Tensor<float>::zeros({k32, k32}))) (void)row.numel();
+              }),
+              HasSubstr("(4294967296, 4294967296) is too large"));
+  // Huge but representable: 2^59 empty rows (the non-zero dimensions, in bytes, fit in int64).
+  auto many = data::from_tensor_slices(Tensor<int64_t>::zeros({int64_t{1} << 59, 0})).take(2);
+  EXPECT_EQ(collect(many), (std::vector<Rows>{{}, {}}));
+  // A batch whose shape would overflow is an error from the iterator, naming the shape.
+  auto wide = data::range(3).map([](const Tensor<int64_t>&) { return Tensor<uint8_t>::zeros({0, int64_t{1} << 62}); });
+  EXPECT_THAT(message_of<InvalidArgumentError>([&] {
+                for (const auto& b : wide.batch(4)) (void)b.numel();
+              }),
+              HasSubstr("shape (3, 0, 4611686018427387904) is too large"));
+}
+
 TEST(DataDataset, BatchWithAndWithoutRemainder) {
   auto b = data::range(9).batch(4);
   EXPECT_EQ(collect(b), (std::vector<Rows>{{0, 1, 2, 3}, {4, 5, 6, 7}, {8}}));

@@ -2,7 +2,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <limits>
+
 #include "data_test_util.hpp"
+#include "fs_test_util.hpp"
 #include "harness.hpp"
 
 namespace mirrored {
@@ -76,6 +83,87 @@ TEST(DataFiles, TextLinesWithoutTerminators) {
     return Tensor<int64_t>::scalar(std::stoll(data::to_string(line)));
   });
   EXPECT_EQ(testing::collect(numbers.batch(3)), (std::vector<testing::Rows>{{4, 5, 6}}));
+}
+
+// Regression (issue 13, item 11): a read error ended the file as if it were its end, losing the
+// rest of the data silently. /proc/self/mem is a regular file whose read at offset 0 fails (EIO).
+TEST(DataFiles, TextLineReadErrorIsAnErrorNamingTheFileAndErrno) {
+  if (!std::filesystem::exists("/proc/self/mem")) GTEST_SKIP() << "no /proc/self/mem to fail a read";
+  EXPECT_THAT(message_of<UnavailableError>([] { strings(data::text_line_dataset({"/proc/self/mem"})); }),
+              AllOf(HasSubstr("text_line_dataset: reading '/proc/self/mem' failed"), HasSubstr("Input/output error")));
+}
+
+// Regression (issue 13, item 11): header/footer sizes near INT64_MAX overflowed `size - header -
+// footer` (UBSan) and the file was then blamed for changing while read.
+TEST(DataFiles, HeaderAndFooterSizesNearInt64MaxAreRejectedWithoutOverflow) {
+  TempDir dir;
+  const auto f = dir.write("r.bin", "HHabcdFF");
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  auto msg = [&](int64_t header, int64_t footer) {
+    return message_of<InvalidArgumentError>(
+        [&] { strings(data::fixed_length_record_dataset({f}, 1, header, footer)); });
+  };
+  EXPECT_THAT(msg(kMax, kMax), AllOf(HasSubstr(f), HasSubstr("has 8 bytes, fewer than its header (9223372036854775807 "
+                                                             "bytes) and footer (9223372036854775807 bytes)")));
+  EXPECT_THAT(msg(kMax, 0), HasSubstr("fewer than its header"));
+  EXPECT_THAT(msg(0, kMax), HasSubstr("fewer than its header"));
+  EXPECT_THAT(msg(4, kMax - 2), HasSubstr("fewer than its header"));
+  EXPECT_THAT(msg(5, 4), HasSubstr("fewer than its header (5 bytes) and footer (4 bytes)"));
+  EXPECT_EQ(strings(data::fixed_length_record_dataset({f}, 2, 2, 2)), (std::vector<std::string>{"ab", "cd"}));
+  EXPECT_EQ(strings(data::fixed_length_record_dataset({f}, 2, 4, 4)), (std::vector<std::string>{}));
+}
+
+// Regression (issue 13, item 11): a directory was reported as "No such file or directory".
+TEST(DataFiles, DirectoryIsInvalidArgumentSayingSo) {
+  TempDir dir;
+  const std::string d = dir.path("");
+  EXPECT_THAT(message_of<InvalidArgumentError>([&] { strings(data::text_line_dataset({d})); }),
+              AllOf(HasSubstr("text_line_dataset"), HasSubstr(d), HasSubstr("is a directory")));
+  EXPECT_THAT(message_of<InvalidArgumentError>([&] { strings(data::fixed_length_record_dataset({d}, 4)); }),
+              AllOf(HasSubstr("fixed_length_record_dataset"), HasSubstr("is a directory")));
+}
+
+TEST(DataFiles, FifoIsRefusedWithoutBlocking) {
+  TempDir dir;
+  const std::string p = dir.path("pipe");
+  ASSERT_EQ(::mkfifo(p.c_str(), 0644), 0);
+  std::string lines, records;
+  const bool in_time = testing::finishes_within(
+      std::chrono::milliseconds(5000),
+      [&] {
+        lines = message_of<InvalidArgumentError>([&] { strings(data::text_line_dataset({p})); });
+        records = message_of<InvalidArgumentError>([&] { strings(data::fixed_length_record_dataset({p}, 4)); });
+      },
+      [&] { testing::release_fifo_reader(p); });
+  EXPECT_TRUE(in_time) << "opening a FIFO blocked";
+  EXPECT_THAT(lines, AllOf(HasSubstr(p), HasSubstr("is not a regular file (it is a FIFO)")));
+  EXPECT_THAT(records, AllOf(HasSubstr(p), HasSubstr("is not a regular file (it is a FIFO)")));
+}
+
+// Regression (issue 13, item 11): an unreadable file was reported as "No such file or directory".
+TEST(DataFiles, UnreadableFileIsPermissionDeniedWithTheErrnoText) {
+  TempDir dir;
+  const auto f = dir.write("secret.txt", "a\nb\n");
+  std::filesystem::permissions(f, std::filesystem::perms::none);
+  const auto result = testing::run_unprivileged([&]() -> int {
+    for (bool lines : {true, false}) {
+      try {
+        if (lines)
+          strings(data::text_line_dataset({f}));
+        else
+          strings(data::fixed_length_record_dataset({f}, 1));
+        return 1;
+      } catch (const PermissionDeniedError& e) {
+        const std::string m = e.what();
+        if (m.find(f) == std::string::npos || m.find("Permission denied") == std::string::npos) return 2;
+      } catch (...) {
+        return 3;
+      }
+    }
+    return 0;
+  });
+  if (!result) GTEST_SKIP() << "running as root without the right to drop privileges: chmod 000 does not deny";
+  EXPECT_EQ(*result, 0) << "1: read, 2: message lacks the path or the errno text, 3: another error type";
 }
 
 }  // namespace

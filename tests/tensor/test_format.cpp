@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -123,6 +124,33 @@ TEST(ShapeNumel, Products) {
   } catch (const InvalidArgumentError& e) {
     EXPECT_THAT(e.what(), HasSubstr("(2, -1)"));
   }
+}
+
+// Regression (issue 13, item 4): {1<<32, 1<<32} had numel 0 by signed overflow.
+TEST(ShapeNumel, OverflowIsRejectedNamingTheShape) {
+  constexpr int64_t k32 = int64_t{1} << 32;
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(detail::checked_numel({k32, k32}), std::nullopt);
+  EXPECT_EQ(detail::checked_numel({kMax, 2}), std::nullopt);
+  EXPECT_EQ(detail::checked_numel({kMax}), kMax);
+  EXPECT_EQ(detail::checked_numel({kMax}, 2), std::nullopt);  // elements fit, bytes do not
+  EXPECT_EQ(detail::checked_numel({kMax / 8}, 8), kMax / 8);  // the largest float64 vector
+  EXPECT_EQ(detail::checked_numel({kMax / 8 + 1}, 8), std::nullopt);
+  EXPECT_EQ(detail::checked_numel({int64_t{1} << 62, 2}), std::nullopt);
+  EXPECT_EQ(detail::checked_numel({int64_t{1} << 31, int64_t{1} << 31}), int64_t{1} << 62);
+  // A zero dimension makes the count 0, but the other dimensions still have to fit together
+  // (row sizes and strides are computed from them).
+  EXPECT_EQ(detail::checked_numel({0, k32}), 0);
+  EXPECT_EQ(detail::checked_numel({0, k32, k32}), std::nullopt);
+  EXPECT_EQ(detail::checked_numel({3, -1}), std::nullopt);
+  try {
+    (void)detail::shape_numel({k32, k32}, 4);
+    FAIL() << "no exception";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("shape (4294967296, 4294967296) is too large"));
+    EXPECT_THAT(e.what(), HasSubstr("overflows int64"));
+  }
+  EXPECT_THROW((void)detail::shape_numel({kMax}, 4), InvalidArgumentError);
 }
 
 TEST(FormatValues, NestedLists) {

@@ -122,6 +122,29 @@ TEST(TensorConstruct, NegativeDimensionIsInvalidArgument) {
   EXPECT_THROW((void)Tensor<float>::zeros({2, -3}), InvalidArgumentError);
 }
 
+// Regression (issue 13, item 4): zeros({1<<32, 1<<32}) got numel 0 (signed overflow) and a
+// 1-byte buffer that later reads walked off.
+TEST(TensorConstruct, ShapeWhoseSizeOverflowsIsInvalidArgumentNamingIt) {
+  constexpr int64_t k32 = int64_t{1} << 32;
+  try {
+    (void)Tensor<float>::zeros({k32, k32});
+    FAIL() << "no exception";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("(4294967296, 4294967296)"));
+    EXPECT_THAT(e.what(), HasSubstr("too large"));
+  }
+  // Fits in elements but not in bytes.
+  EXPECT_THROW((void)Tensor<double>::empty({int64_t{1} << 61}), InvalidArgumentError);
+  EXPECT_THROW((void)Tensor<uint8_t>::full({k32, k32, 2}, 1), InvalidArgumentError);
+  EXPECT_THROW((void)Tensor<int32_t>::from_vector({}, {0, k32, k32}), InvalidArgumentError);
+  // reshape to a shape that wraps around to the same count is refused, not accepted.
+  const Tensor<float> t = Tensor<float>::zeros({0});
+  EXPECT_THROW((void)t.reshape({0, k32, k32}), InvalidArgumentError);
+  EXPECT_THROW((void)Tensor<float>::zeros({4}).reshape({k32, k32, 4}), InvalidArgumentError);
+  // Large but representable empty tensors are fine.
+  EXPECT_EQ(Tensor<float>::zeros({0, k32}).numel(), 0);
+}
+
 TEST(TensorConstruct, Zeros) {
   const Tensor<double> t = Tensor<double>::zeros({2, 3});
   EXPECT_EQ(t.shape(), Shape({2, 3}));

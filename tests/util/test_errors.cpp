@@ -80,6 +80,7 @@ INSTANTIATE_TEST_SUITE_P(
         make_case<InvalidArgumentError>("InvalidArgumentError", ErrorCode::INVALID_ARGUMENT, 3, "INVALID_ARGUMENT"),
         make_case<DeadlineExceededError>("DeadlineExceededError", ErrorCode::DEADLINE_EXCEEDED, 4, "DEADLINE_EXCEEDED"),
         make_case<NotFoundError>("NotFoundError", ErrorCode::NOT_FOUND, 5, "NOT_FOUND"),
+        make_case<PermissionDeniedError>("PermissionDeniedError", ErrorCode::PERMISSION_DENIED, 7, "PERMISSION_DENIED"),
         make_case<FailedPreconditionError>("FailedPreconditionError", ErrorCode::FAILED_PRECONDITION, 9,
                                            "FAILED_PRECONDITION"),
         make_case<AbortedError>("AbortedError", ErrorCode::ABORTED, 10, "ABORTED"),

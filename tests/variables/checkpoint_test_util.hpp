@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <csignal>
@@ -70,8 +71,19 @@ std::string raw_bytes(const Tensor<T>& t) {
   return raw_bytes(t.to_vector());
 }
 
-/// Runs `fn` and returns the message of the `E` it throws (fails the test when it throws nothing
-/// or something else).
+/// What saves to `path` left beside it: temporary files (`<path>.tmp.*`) and the lock file, by name.
+inline std::vector<std::string> save_leftovers(const std::string& path) {
+  const fs::path p(path);
+  const std::string temp = fs::path(detail::checkpoint_temp_prefix(path)).filename().string();
+  const std::string lock = fs::path(detail::checkpoint_lock_path(path)).filename().string();
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(p.parent_path())) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(temp, 0) == 0 || name == lock) out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 class CheckpointFormat : public ::testing::Test {
  protected:

@@ -136,6 +136,25 @@ TEST_F(CheckpointFormat, InconsistentOffsetsNameTheTensor) {
               HasSubstr("found the end of the header"));
 }
 
+// Regression (issue 13, item 4): a header shape whose element count overflows int64 was accepted
+// when another dimension was 0 (0 data bytes), giving a tensor whose row size overflows.
+TEST_F(CheckpointFormat, HeaderShapesThatOverflowAreRejected) {
+  const std::string p = file("huge.safetensors");
+  auto load_msg = [&](const std::string& header) {
+    write_file(p, make_file(header, ""));
+    return error_of<InvalidArgumentError>([&] { checkpoint::load(p, {.require_checksum = false}); });
+  };
+  EXPECT_THAT(load_msg(R"({"x":{"dtype":"I32","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})"),
+              AllOf(HasSubstr(p), HasSubstr("tensor 'x'"), HasSubstr("(0, 4294967296, 4294967296) is too large")));
+  EXPECT_THAT(load_msg(R"({"x":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,0]}})"),
+              AllOf(HasSubstr("tensor 'x'"), HasSubstr("is too large")));
+  EXPECT_THAT(load_msg(R"({"x":{"dtype":"F64","shape":[1152921504606846976],"data_offsets":[0,0]}})"),
+              AllOf(HasSubstr("tensor 'x'"), HasSubstr("is too large")));
+  // Large but representable empty tensors load.
+  write_file(p, make_file(R"({"x":{"dtype":"F32","shape":[0,4294967296],"data_offsets":[0,0]}})", ""));
+  EXPECT_EQ(checkpoint::load(p, {.require_checksum = false}).at("x").shape, (Shape{0, int64_t{1} << 32}));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Names, dtypes and shapes
 // ---------------------------------------------------------------------------------------------

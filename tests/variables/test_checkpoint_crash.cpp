@@ -12,6 +12,8 @@ namespace {
 using namespace mirrored::testing;  // NOLINT: the checkpoint test helpers
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::StartsWith;
 
 // ---------------------------------------------------------------------------------------------
 // Crash safety
@@ -62,13 +64,12 @@ TEST_F(CheckpointFormat, ExceptionHalfWayKeepsTheOldCheckpointAndLeavesNoTempFil
   detail::set_checkpoint_fault_hook(nullptr);
 
   EXPECT_EQ(read_file(p), before);
-  EXPECT_FALSE(fs::exists(detail::checkpoint_temp_path(p)));
+  EXPECT_THAT(save_leftovers(p), IsEmpty());
   EXPECT_EQ(checkpoint::load(p).get<float>("big").to_vector()[12345], 1.5f);
 }
 
 TEST_F(CheckpointFormat, CrashHalfWayKeepsTheOldCheckpointAndTheNextSaveWorks) {
   const std::string p = file("model.safetensors");
-  const std::string temp = detail::checkpoint_temp_path(p);
   checkpoint::save_tensors(p, three_chunk_tensors(1.5f));
   const std::string before = read_file(p);
 
@@ -94,22 +95,31 @@ TEST_F(CheckpointFormat, CrashHalfWayKeepsTheOldCheckpointAndTheNextSaveWorks) {
   const auto old = checkpoint::load(p);
   EXPECT_EQ(old.get<float>("big").to_vector().back(), 1.5f);
   EXPECT_EQ(old.get<int64_t>("step").item(), 7);
-  // The dead save's partial temporary file is there (it never got renamed) ...
-  ASSERT_TRUE(fs::exists(temp));
+  // The dead save's partial temporary file is there (it never got renamed), with its lock file ...
+  const auto left = save_leftovers(p);
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_EQ(file(left[0]), detail::checkpoint_lock_path(p));
+  const std::string temp = file(left[1]);
+  EXPECT_THAT(temp, StartsWith(detail::checkpoint_temp_prefix(p)));
   EXPECT_LT(fs::file_size(temp), before.size());
   EXPECT_GT(fs::file_size(temp), before.size() / 2);
 
-  // ... and does not get in the way of the next save, which reuses and renames it.
+  // ... and they do not get in the way of the next save, which removes them.
   checkpoint::save_tensors(p, three_chunk_tensors(3.5f));
-  EXPECT_FALSE(fs::exists(temp));
+  EXPECT_THAT(save_leftovers(p), IsEmpty());
   EXPECT_EQ(checkpoint::load(p).get<float>("big").to_vector().front(), 3.5f);
 }
 
-TEST_F(CheckpointFormat, StaleGarbageTempFileIsOverwritten) {
+TEST_F(CheckpointFormat, StaleTempAndLockFilesAreRemoved) {
   const std::string p = file("model.safetensors");
-  write_file(detail::checkpoint_temp_path(p), std::string(10 << 20, 'x'));  // longer than the checkpoint
+  // What crashed saves leave: temporary files (longer than the checkpoint) and the lock file.
+  write_file(detail::checkpoint_temp_prefix(p) + "0123456789abcdef", std::string(10 << 20, 'x'));
+  write_file(detail::checkpoint_temp_prefix(p) + "fedcba9876543210", "");
+  write_file(detail::checkpoint_lock_path(p), "");
+  write_file(file("other.safetensors.tmp.0123456789abcdef"), "another path's");
   checkpoint::save_tensors(p, {{"w", untyped(Tensor<float>{4.0f})}});
-  EXPECT_FALSE(fs::exists(detail::checkpoint_temp_path(p)));
+  EXPECT_THAT(save_leftovers(p), IsEmpty());
+  EXPECT_TRUE(fs::exists(file("other.safetensors.tmp.0123456789abcdef")));
   EXPECT_EQ(checkpoint::load(p).get<float>("w").item(), 4.0f);
 }
 
@@ -118,13 +128,13 @@ TEST_F(CheckpointFormat, ConcurrentSaveToTheSamePathIsRefused) {
   checkpoint::save_tensors(p, {{"w", untyped(Tensor<float>{1.0f})}});
   const std::string before = read_file(p);
   // Someone else holds the save lock (an in-progress save in another process).
-  const std::string temp = detail::checkpoint_temp_path(p);
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT, 0644);
+  const std::string lock = detail::checkpoint_lock_path(p);
+  const int fd = ::open(lock.c_str(), O_WRONLY | O_CREAT, 0644);
   ASSERT_GE(fd, 0);
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {  // flock locks belong to the open file, so lock it from another process
-    const int cfd = ::open(temp.c_str(), O_WRONLY);
+    const int cfd = ::open(lock.c_str(), O_WRONLY);
     if (cfd < 0 || ::flock(cfd, LOCK_EX) != 0) ::_exit(1);
     ::sleep(30);
     ::_exit(0);

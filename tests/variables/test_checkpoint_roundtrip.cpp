@@ -70,7 +70,7 @@ TEST_F(CheckpointFormat, RoundTripsEveryDtypeBitExactly) {
                             {"on_cpu1", untyped(on_cpu1)},
                             {"name with \"quotes\" and \xc3\xa9", untyped(Tensor<uint8_t>{42})}},
                            meta);
-  EXPECT_FALSE(fs::exists(detail::checkpoint_temp_path(p)));
+  EXPECT_THAT(save_leftovers(p), ::testing::IsEmpty());
 
   const checkpoint::Checkpoint ck = checkpoint::load(p);
   EXPECT_EQ(ck.path(), p);
@@ -112,7 +112,7 @@ TEST_F(CheckpointFormat, SavingAgainReplacesTheFile) {
   const auto ck = checkpoint::load(p);
   EXPECT_FALSE(ck.contains("w"));
   EXPECT_EQ(ck.get<int64_t>("v").to_vector(), (std::vector<int64_t>{5, 6}));
-  EXPECT_FALSE(fs::exists(detail::checkpoint_temp_path(p)));
+  EXPECT_THAT(save_leftovers(p), ::testing::IsEmpty());
 }
 
 TEST_F(CheckpointFormat, EmptyCheckpointRoundTrips) {

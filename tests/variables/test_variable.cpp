@@ -2,7 +2,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include "collectives/packing.hpp"
 #include "harness.hpp"
@@ -227,6 +231,55 @@ TEST_P(VariableTest, WritingAVariableOfAnotherStrategyIsMixing) {
               HasSubstr("Mixing different tf.distribute.Strategy objects"));
   EXPECT_FALSE(b.extended().variable_created_in_scope(v));
   EXPECT_EQ(copies(v), all(1.0f));
+}
+
+// Regression (issue 13, item 6): a variable kept its strategy's raw address; a new strategy at
+// the same address took it for its own (assign segfaulted or silently wrote).
+TEST_P(VariableTest, AVariableWhoseStrategyIsDestroyedFailsOnUseEvenIfTheAddressIsReused) {
+  std::optional<MirroredStrategy> slot;
+  slot.emplace(cpus(n()));
+  const Strategy* first = &*slot;
+  const std::uint64_t first_id = slot->id();
+  Variable<float> v = [&] {
+    auto scope = slot->scope();
+    return Variable<float>(1.0f, {.name = "orphan", .aggregation = VariableAggregation::SUM});
+  }();
+  EXPECT_TRUE(slot->extended().variable_created_in_scope(v));
+  slot.reset();
+  slot.emplace(cpus(n()));  // same storage, so the same address
+  ASSERT_EQ(&*slot, first);
+  EXPECT_NE(slot->id(), first_id);
+  EXPECT_FALSE(slot->extended().variable_created_in_scope(v));
+
+  auto in_run = slot->run([&] {
+    return std::make_pair(message_of<FailedPreconditionError>([&] { v.assign(2.0f); }),
+                          message_of<FailedPreconditionError>([&] { (void)v.value(); }));
+  });
+  for (int r = 0; r < n(); ++r) {
+    EXPECT_THAT(in_run[r].first, HasSubstr("Variable 'orphan'.assign: the variable belongs to MirroredStrategy #" +
+                                           std::to_string(first_id) + ", which has been destroyed"));
+    EXPECT_THAT(in_run[r].second, HasSubstr("Variable 'orphan'.value"));
+  }
+  EXPECT_THAT(message_of<FailedPreconditionError>([&] { slot->extended().update(v, [](Variable<float>&) {}); }),
+              HasSubstr("has been destroyed"));
+  {
+    auto scope = slot->scope();
+    EXPECT_THROW(v.assign_add(1.0f), FailedPreconditionError);
+  }
+  slot.reset();
+  EXPECT_THROW((void)v.read_value(), FailedPreconditionError);
+  EXPECT_THROW(v.assign_sub(1.0f), FailedPreconditionError);
+  optimizers::SGD<float> sgd({.learning_rate = 0.1});
+  EXPECT_THAT(message_of<FailedPreconditionError>([&] {
+                sgd.apply_gradients({{Tensor<float>::scalar(1.0f), v}});
+              }),
+              HasSubstr("apply_gradients"));
+  // The copies themselves stay readable, unchanged.
+  EXPECT_EQ(copies(v), all(1.0f));
+  // Plain variables have no strategy to lose.
+  Variable<float> plain(5.0f);
+  plain.assign_add(1.0f);
+  EXPECT_EQ(plain.value().item(), 6.0f);
 }
 
 TEST_P(VariableTest, UpdateCallsFnOnEachCopyBypassingAggregation) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <mirrored/variable_checkpoint.hpp>
 
@@ -77,6 +78,65 @@ TEST_P(VariableCheckpointTest, FailedRestoreChangesNothing) {
     f.put('\x55');
   }
   EXPECT_THROW(checkpoint::restore(path, {{"a", a}}), InvalidArgumentError);
+  for (const auto& c : a.components()) EXPECT_EQ(c.to_vector(), (std::vector<float>{7, 7}));
+  std::remove(path.c_str());
+}
+
+// Regression (issue 13, item 5): restore wrote `a`, then threw on `b` (another strategy's).
+TEST_P(VariableCheckpointTest, RestoreOfVariablesOfTwoStrategiesChangesNothing) {
+  const std::string path = temp_path("two_strategies_" + std::to_string(n()));
+  MirroredStrategy sa(cpus(n()));
+  MirroredStrategy sb(cpus(n()));
+  Variable<float> a = [&] {
+    auto scope = sa.scope();
+    return Variable<float>(Tensor<float>{1, 2}, {.name = "a"});
+  }();
+  Variable<float> b = [&] {
+    auto scope = sb.scope();
+    return Variable<float>(Tensor<float>{3}, {.name = "b"});
+  }();
+  checkpoint::save(path, {{"a", a}, {"b", b}});
+  {
+    auto scope = sa.scope();
+    a.assign(Tensor<float>{7, 7});
+    EXPECT_THAT(message_of<FailedPreconditionError>([&] {
+                  checkpoint::restore(path, {{"a", a}, {"b", b}});
+                }),
+                HasSubstr("Mixing different tf.distribute.Strategy objects: variable 'b'"));
+  }
+  for (const auto& c : a.components()) EXPECT_EQ(c.to_vector(), (std::vector<float>{7, 7}));
+  for (const auto& c : b.components()) EXPECT_EQ(c.to_vector(), (std::vector<float>{3}));
+  // Outside any scope both are writable, and the same restore succeeds.
+  checkpoint::restore(path, {{"a", a}, {"b", b}});
+  for (const auto& c : a.components()) EXPECT_EQ(c.to_vector(), (std::vector<float>{1, 2}));
+  std::remove(path.c_str());
+}
+
+// A variable whose strategy is gone (issue 13, item 6) can be neither saved nor restored, and a
+// restore that includes it changes nothing else.
+TEST_P(VariableCheckpointTest, VariablesOfADestroyedStrategyCannotBeSavedOrRestored) {
+  const std::string path = temp_path("destroyed_" + std::to_string(n()));
+  MirroredStrategy live(cpus(n()));
+  Variable<float> a = [&] {
+    auto scope = live.scope();
+    return Variable<float>(Tensor<float>{1, 2}, {.name = "a"});
+  }();
+  std::optional<Variable<float>> orphan;
+  {
+    MirroredStrategy gone(cpus(n()));
+    auto scope = gone.scope();
+    orphan.emplace(Tensor<float>{3}, VariableOptions{.name = "z"});
+    checkpoint::save(path, {{"a", a}, {"z", *orphan}});
+  }
+  EXPECT_THAT(message_of<FailedPreconditionError>([&] {
+                checkpoint::save(temp_path("never"), {{"z", *orphan}});
+              }),
+              HasSubstr("has been destroyed"));
+  a.assign(Tensor<float>{7, 7});
+  EXPECT_THAT(message_of<FailedPreconditionError>([&] {
+                checkpoint::restore(path, {{"a", a}, {"z", *orphan}});
+              }),
+              HasSubstr("Variable 'z'.assign"));
   for (const auto& c : a.components()) EXPECT_EQ(c.to_vector(), (std::vector<float>{7, 7}));
   std::remove(path.c_str());
 }

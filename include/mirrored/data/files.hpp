@@ -23,7 +23,7 @@ struct RecordFormat {
   int64_t footer_bytes = 0;
 };
 
-/// Cursors over this worker's files (compiled in src/data_files.cpp).
+/// Cursors over this worker's files (compiled in src/data/files.cpp).
 std::unique_ptr<Cursor<Tensor<uint8_t>>> open_record_files(const std::vector<std::string>& files,
                                                            const RecordFormat& format, const OpenContext& ctx);
 std::unique_ptr<Cursor<Tensor<uint8_t>>> open_line_files(const std::vector<std::string>& files, const OpenContext& ctx);
@@ -58,8 +58,11 @@ class FileNode final : public Node<Tensor<uint8_t>> {
 /// `record_bytes` bytes, then `footer_bytes`; every record is a `uint8` tensor of shape
 /// `(record_bytes,)`. Files are opened when the iteration reaches them.
 /// \throws InvalidArgumentError (here) when `filenames` is empty, `record_bytes <= 0` or a
-/// header/footer size is negative; from the iterator: NotFoundError naming a missing file,
-/// InvalidArgumentError naming a file whose body is not a whole number of records.
+/// header/footer size is negative; from the iterator, naming the file: NotFoundError for a
+/// missing file, PermissionDeniedError for one that may not be read, InvalidArgumentError for a
+/// directory or anything else that is not a regular file (a FIFO is refused without blocking), a
+/// file shorter than its header and footer, or one whose body is not a whole number of records;
+/// for a read error, the error its errno calls for (UnavailableError for EIO) with the errno text.
 inline Dataset<Tensor<uint8_t>> fixed_length_record_dataset(std::vector<std::string> filenames, int64_t record_bytes,
                                                             int64_t header_bytes = 0, int64_t footer_bytes = 0) {
   MIRRORED_ENFORCE(!filenames.empty(), InvalidArgumentError, "fixed_length_record_dataset: no filenames given");
@@ -75,8 +78,10 @@ inline Dataset<Tensor<uint8_t>> fixed_length_record_dataset(std::vector<std::str
 /// The lines of `filenames`, in order, without their line terminator ("\n" or "\r\n"); each line
 /// is a `uint8` tensor of shape `(length,)` (use `to_string` to read it as text). Files are opened
 /// when the iteration reaches them.
-/// \throws InvalidArgumentError (here) when `filenames` is empty; from the iterator:
-/// NotFoundError naming a missing file.
+/// \throws InvalidArgumentError (here) when `filenames` is empty; from the iterator, naming the
+/// file: NotFoundError, PermissionDeniedError, InvalidArgumentError (not a regular file) as
+/// `fixed_length_record_dataset`, and for a read error the error its errno calls for
+/// (UnavailableError for EIO) with the errno text — never a silent end of the data.
 inline Dataset<Tensor<uint8_t>> text_line_dataset(std::vector<std::string> filenames) {
   MIRRORED_ENFORCE(!filenames.empty(), InvalidArgumentError, "text_line_dataset: no filenames given");
   return Dataset<Tensor<uint8_t>>(

@@ -2,7 +2,9 @@
 /// \file
 /// Number and shape formatting shared by the printed forms (Python/numpy style).
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -74,7 +76,16 @@ std::string format_values(const T* values, const Shape& shape) {
   return out;
 }
 
-/// Number of elements of a shape (1 for rank 0). \throws InvalidArgumentError on a negative dim.
-int64_t shape_numel(const Shape& shape);
+/// Number of elements of a shape (1 for rank 0), or nullopt when a dimension is negative or the
+/// shape is too large: the product of its non-zero dimensions times `element_size` must fit in
+/// int64 (so every sub-shape's element count, stride and byte size fits too, also when another
+/// dimension is 0).
+std::optional<int64_t> checked_numel(const Shape& shape, std::size_t element_size = 1) noexcept;
+
+/// Number of elements of a shape (1 for rank 0). Every tensor shape goes through it (tensors,
+/// checkpoint files, batches), so no element count or byte size ever overflows.
+/// \throws InvalidArgumentError naming the shape on a negative dimension or when `checked_numel`
+/// rejects the shape as too large for elements of `element_size` bytes.
+int64_t shape_numel(const Shape& shape, std::size_t element_size = 1);
 
 }  // namespace mirrored::detail

@@ -28,7 +28,7 @@ class BatchNode final : public Node<E> {
         drop_remainder_(drop_remainder) {}
 
   std::unique_ptr<Cursor<E>> open(const OpenContext& ctx) const override {
-    return std::make_unique<BatchCursor>(input_->open(ctx), batch_size_, drop_remainder_);
+    return std::make_unique<BatchCursor>(input_->open(ctx), batch_size_, drop_remainder_, ctx.stop);
   }
 
  private:
@@ -36,7 +36,9 @@ class BatchNode final : public Node<E> {
     std::unique_ptr<Cursor<E>> in;
     int64_t size;
     bool drop, done = false;
-    BatchCursor(std::unique_ptr<Cursor<E>> i, int64_t b, bool d) : in(std::move(i)), size(b), drop(d) {}
+    std::stop_token stop;
+    BatchCursor(std::unique_ptr<Cursor<E>> i, int64_t b, bool d, std::stop_token s)
+        : in(std::move(i)), size(b), drop(d), stop(std::move(s)) {}
 
     std::optional<E> next() override {
       if (done) return std::nullopt;
@@ -44,6 +46,7 @@ class BatchNode final : public Node<E> {
       for (auto& c : columns) c.reserve(static_cast<std::size_t>(std::min<int64_t>(size, 4096)));
       int64_t k = 0;
       for (; k < size; ++k) {
+        throw_if_cancelled(stop);
         std::optional<E> e = in->next();
         if (!e) {
           done = true;

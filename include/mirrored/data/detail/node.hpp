@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <utility>
 #include <vector>
 
@@ -18,13 +19,29 @@
 namespace mirrored::data::detail {
 
 /// Per-iteration context handed down the chain when an iterator is opened: which input worker
-/// reads, and which auto-shard rewrites apply (set by the distributed dataset, default: none).
+/// reads, which auto-shard rewrites apply (set by the distributed dataset, default: none), and the
+/// pass's cancellation.
 struct OpenContext {
   int num_workers = 1;
   int worker_index = 0;
   bool shard_files = false;  // FILE: file sources keep files i with i % num_workers == worker_index
   bool shard_hint = false;   // HINT: shard(SHARD_HINT, SHARD_HINT) becomes shard(num_workers, worker_index)
+  /// Requested when the background thread running this chain is stopped (its iterator is being
+  /// destroyed). Every cursor loop that may pull many elements checks it (`throw_if_cancelled`),
+  /// so that a pipeline that never yields (a `filter` rejecting everything of an endless
+  /// `repeat`) lets go at once. The default token is never requested.
+  std::stop_token stop;
 };
+
+/// Thrown inside a cursor chain whose pass was cancelled, to unwind a long pull at once. Private to
+/// the pipeline: the background thread running the chain swallows it (`PrefetchQueue`). Not a
+/// `std::exception`, so that a map function catching `std::exception` cannot take it for an error.
+struct PassCancelled {};
+
+/// \throws PassCancelled when `stop` has been requested.
+inline void throw_if_cancelled(const std::stop_token& stop) {
+  if (stop.stop_requested()) throw PassCancelled{};
+}
 
 /// Static facts about a graph, propagated from the source to the last node.
 struct GraphInfo {
@@ -35,8 +52,10 @@ struct GraphInfo {
 };
 
 /// One pass over a dataset. `next()` returns the next element or nullopt at the end; it may
-/// throw (a map function's exception, a file error). After it returned nullopt or threw, nobody
-/// calls it again (so a cursor that only forwards its input's end needs no state for it).
+/// throw (a map function's exception, a file error, `PassCancelled`). After it returned nullopt or
+/// threw, nobody calls it again (so a cursor that only forwards its input's end needs no state for
+/// it). A cursor whose `next()` may loop over many input elements checks `OpenContext::stop` in
+/// that loop.
 template <class E>
 class Cursor {
  public:

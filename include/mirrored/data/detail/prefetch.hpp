@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <utility>
 
 #include "mirrored/data/detail/node.hpp"
@@ -21,17 +22,25 @@ namespace mirrored::data::detail {
 /// null or throws, keeping at most `capacity` items queued (plus the one being made). `next()`
 /// (one consumer thread) returns them in order, then null; an exception thrown by `produce` is
 /// rethrown by `next()`, with its type, after the items produced before it (once; later calls
-/// return null). The destructor stops the thread and joins it: it waits at most for the
-/// `produce()` call in progress to return, never for queue space or for the consumer.
+/// return null).
+///
+/// Cancellation: `own` is the stop source of the pass `produce` runs (the cursors it pulls from
+/// were opened with its token). The destructor requests it, stops the thread and joins it; the
+/// cursors' loops observe the request and unwind with `PassCancelled`, which the thread swallows,
+/// so destruction does not wait for an element that never comes. `outer` is the token of the pass
+/// this queue is itself part of (a `prefetch` inside another prefetched pipeline): when it is
+/// requested, `own` is requested too, and a consumer waiting in `next()` throws `PassCancelled`.
 class PrefetchQueue {
  public:
   using Item = std::shared_ptr<void>;
-  PrefetchQueue(std::function<Item()> produce, std::size_t capacity);
+  PrefetchQueue(std::function<Item()> produce, std::size_t capacity, std::stop_source own = {},
+                std::stop_token outer = {});
   ~PrefetchQueue();
   PrefetchQueue(const PrefetchQueue&) = delete;
   PrefetchQueue& operator=(const PrefetchQueue&) = delete;
 
-  /// The next item; null after the last one. \throws what `produce` threw.
+  /// The next item; null after the last one. \throws what `produce` threw; PassCancelled when
+  /// `outer` was requested.
   Item next();
 
  private:
@@ -43,14 +52,16 @@ class PrefetchQueue {
 template <class T>
 class Prefetcher {
  public:
-  Prefetcher(std::function<std::optional<T>()> produce, std::size_t capacity)
+  /// `own`, `outer`: as `PrefetchQueue`'s.
+  Prefetcher(std::function<std::optional<T>()> produce, std::size_t capacity, std::stop_source own = {},
+             std::stop_token outer = {})
       : queue_(
             [produce = std::move(produce)]() -> PrefetchQueue::Item {
               std::optional<T> item = produce();
               if (!item) return nullptr;
               return std::make_shared<T>(std::move(*item));
             },
-            capacity) {}
+            capacity, std::move(own), std::move(outer)) {}
 
   /// The next result; nullopt after the last one. \throws what `produce` threw.
   std::optional<T> next() {
@@ -79,12 +90,17 @@ class PrefetchNode final : public Node<E> {
     if (buffer_size_ == 0) return input_->open(ctx);
     struct PrefetchCursor final : Cursor<E> {
       Prefetcher<E> prefetcher;
-      PrefetchCursor(std::shared_ptr<Cursor<E>> in, std::size_t n)
-          : prefetcher([in = std::move(in)] { return in->next(); }, n) {}
+      PrefetchCursor(std::shared_ptr<Cursor<E>> in, std::size_t n, std::stop_source own, std::stop_token outer)
+          : prefetcher([in = std::move(in)] { return in->next(); }, n, std::move(own), std::move(outer)) {}
       std::optional<E> next() override { return prefetcher.next(); }
     };
-    std::shared_ptr<Cursor<E>> in = input_->open(ctx);
-    return std::make_unique<PrefetchCursor>(std::move(in), static_cast<std::size_t>(buffer_size_));
+    // The input runs on the prefetch thread, as a pass of its own that the thread can cancel.
+    std::stop_source own;
+    OpenContext inner = ctx;
+    inner.stop = own.get_token();
+    std::shared_ptr<Cursor<E>> in = input_->open(inner);
+    return std::make_unique<PrefetchCursor>(std::move(in), static_cast<std::size_t>(buffer_size_), std::move(own),
+                                            ctx.stop);
   }
 
  private:

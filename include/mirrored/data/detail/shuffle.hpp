@@ -42,7 +42,7 @@ class ShuffleNode final : public Node<E> {
     const uint64_t epoch = epochs_.fetch_add(1, std::memory_order_relaxed);
     SplitMix64 mix{seed_};
     const uint64_t epoch_seed = mix() ^ SplitMix64 { epoch * 0xD1B54A32D192ED03ull + 1 }();
-    return std::make_unique<ShuffleCursor>(input_->open(ctx), buffer_size_, epoch_seed);
+    return std::make_unique<ShuffleCursor>(input_->open(ctx), buffer_size_, epoch_seed, ctx.stop);
   }
 
  private:
@@ -52,8 +52,9 @@ class ShuffleNode final : public Node<E> {
     SplitMix64 rng;
     std::vector<E> buffer;
     bool input_done = false, filled = false;
-    ShuffleCursor(std::unique_ptr<Cursor<E>> i, int64_t cap, uint64_t seed)
-        : in(std::move(i)), capacity(static_cast<std::size_t>(cap)), rng{seed} {}
+    std::stop_token stop;
+    ShuffleCursor(std::unique_ptr<Cursor<E>> i, int64_t cap, uint64_t seed, std::stop_token s)
+        : in(std::move(i)), capacity(static_cast<std::size_t>(cap)), rng{seed}, stop(std::move(s)) {}
 
     void pull_one() {
       if (input_done) return;
@@ -65,7 +66,10 @@ class ShuffleNode final : public Node<E> {
     std::optional<E> next() override {
       if (!filled) {
         filled = true;
-        while (!input_done && buffer.size() < capacity) pull_one();
+        while (!input_done && buffer.size() < capacity) {
+          throw_if_cancelled(stop);
+          pull_one();
+        }
       }
       if (buffer.empty()) return std::nullopt;
       const std::size_t i = static_cast<std::size_t>(rng() % buffer.size());

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <utility>
 #include <vector>
 
@@ -45,13 +46,15 @@ void warn_dropped_partial_step(std::size_t have, std::size_t replicas);
 template <class E>
 class RebatchSource {
  public:
-  RebatchSource(std::unique_ptr<Cursor<E>> in, SplitPlan plan) : in_(std::move(in)), plan_(std::move(plan)) {}
+  RebatchSource(std::unique_ptr<Cursor<E>> in, SplitPlan plan, std::stop_token stop = {})
+      : in_(std::move(in)), plan_(std::move(plan)), stop_(std::move(stop)) {}
 
   std::optional<std::vector<E>> next_step() {
     if (done_) return std::nullopt;
     if (plan_.pass_through) return pass_through();
     const int replicas = static_cast<int>(plan_.devices.size());
     while (next_group_ > last_group_) {
+      throw_if_cancelled(stop_);
       std::optional<E> e = in_->next();
       if (!e) {
         done_ = true;
@@ -98,6 +101,7 @@ class RebatchSource {
   std::vector<RowRange> ranges_;          // its N slices, global replica order
   int next_group_ = 0, last_group_ = -1;  // groups of R slices still to hand out
   bool done_ = false;
+  std::stop_token stop_;
 };
 
 /// Deals whole elements to the replicas: one shared cursor (PER_WORKER: replica r of step k gets

@@ -98,15 +98,18 @@ class FilterNode final : public UnaryNode<E, E> {
     struct FilterCursor final : Cursor<E> {
       std::unique_ptr<Cursor<E>> in;
       Pred pred;
-      FilterCursor(std::unique_ptr<Cursor<E>> i, Pred p) : in(std::move(i)), pred(std::move(p)) {}
+      std::stop_token stop;
+      FilterCursor(std::unique_ptr<Cursor<E>> i, Pred p, std::stop_token s)
+          : in(std::move(i)), pred(std::move(p)), stop(std::move(s)) {}
       std::optional<E> next() override {
         while (std::optional<E> e = in->next()) {
           if (is_true(invoke_on_element(pred, *e))) return e;
+          throw_if_cancelled(stop);  // it may reject everything, forever
         }
         return std::nullopt;
       }
     };
-    return std::make_unique<FilterCursor>(this->input()->open(ctx), pred_);
+    return std::make_unique<FilterCursor>(this->input()->open(ctx), pred_, ctx.stop);
   }
 
  private:
@@ -127,7 +130,9 @@ class TakeSkipNode final : public UnaryNode<E, E> {
       std::unique_ptr<Cursor<E>> in;
       int64_t n, seen = 0;
       bool take;
-      TakeSkipCursor(std::unique_ptr<Cursor<E>> i, int64_t count, bool t) : in(std::move(i)), n(count), take(t) {}
+      std::stop_token stop;
+      TakeSkipCursor(std::unique_ptr<Cursor<E>> i, int64_t count, bool t, std::stop_token s)
+          : in(std::move(i)), n(count), take(t), stop(std::move(s)) {}
       std::optional<E> next() override {
         if (take) {
           if (n >= 0 && seen >= n) return std::nullopt;
@@ -136,11 +141,12 @@ class TakeSkipNode final : public UnaryNode<E, E> {
         }
         for (; n < 0 || seen < n; ++seen) {
           if (!in->next()) return std::nullopt;
+          throw_if_cancelled(stop);
         }
         return in->next();
       }
     };
-    return std::make_unique<TakeSkipCursor>(this->input()->open(ctx), n_, take_);
+    return std::make_unique<TakeSkipCursor>(this->input()->open(ctx), n_, take_, ctx.stop);
   }
 
  private:
@@ -168,6 +174,7 @@ class RepeatNode final : public UnaryNode<E, E> {
       RepeatCursor(NodePtr<E> i, OpenContext c, int64_t count) : input(std::move(i)), ctx(c), remaining(count) {}
       std::optional<E> next() override {
         while (true) {
+          throw_if_cancelled(ctx.stop);
           if (!in) {
             if (remaining == 0) return std::nullopt;
             if (remaining > 0) --remaining;
@@ -209,11 +216,13 @@ class ShardNode final : public UnaryNode<E, E> {
     struct ShardCursor final : Cursor<E> {
       std::unique_ptr<Cursor<E>> in;
       int64_t n, index, pos = 0;
-      ShardCursor(std::unique_ptr<Cursor<E>> i, int64_t shards, int64_t idx)
-          : in(std::move(i)), n(shards), index(idx) {}
+      std::stop_token stop;
+      ShardCursor(std::unique_ptr<Cursor<E>> i, int64_t shards, int64_t idx, std::stop_token s)
+          : in(std::move(i)), n(shards), index(idx), stop(std::move(s)) {}
       std::optional<E> next() override {
         while (std::optional<E> e = in->next()) {
           if (pos++ % n == index) return e;
+          throw_if_cancelled(stop);
         }
         return std::nullopt;
       }
@@ -223,7 +232,7 @@ class ShardNode final : public UnaryNode<E, E> {
       n = ctx.shard_hint ? ctx.num_workers : 1;
       i = ctx.shard_hint ? ctx.worker_index : 0;
     }
-    return std::make_unique<ShardCursor>(this->input()->open(ctx), n, i);
+    return std::make_unique<ShardCursor>(this->input()->open(ctx), n, i, ctx.stop);
   }
 
  private:

@@ -1,0 +1,53 @@
+#pragma once
+// Private: replacing a file atomically, as a hostile file system demands. Used by checkpoint saves.
+#include <string>
+
+namespace mirrored::detail {
+
+/// Writes a new version of `path` beside it and renames it over `path` on `commit()`, so that a
+/// crash at any point leaves either the old file or the new one, never a mix.
+///
+/// - Saves to one path are serialised by `<path>.lock`: opened without following a symlink, locked
+///   with a non-blocking `flock`, unlinked by its holder when done. A second save while one is in
+///   progress (in any process) fails at once; a lock file left by a crashed save is reused.
+/// - Holding the lock, the constructor removes the temporary files of crashed saves to `path`
+///   (`<path>.tmp.<suffix>`: only the lock holder writes them, so none is in use), then creates its
+///   own under a fresh random suffix with `O_CREAT | O_EXCL | O_NOFOLLOW`: a planted file or
+///   symlink is never opened, let alone written through.
+/// - `commit()` fsyncs the temporary file, renames it over `path` and fsyncs the directory.
+///   Destroying an uncommitted writer removes the temporary file.
+///
+/// Errors are the types of `throw_file_error`, with messages starting with `prefix`;
+/// FailedPreconditionError when another save holds the lock ("another save to this path is in
+/// progress").
+class AtomicFileWriter {
+ public:
+  AtomicFileWriter(std::string path, std::string prefix);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  /// The temporary file's descriptor (write-only) and name.
+  int fd() const noexcept { return fd_; }
+  const std::string& temp_path() const noexcept { return temp_; }
+  /// fsync, rename over the target, fsync the directory; then releases the lock.
+  void commit();
+
+  /// `<path>.tmp.`: every temporary file of a save to `path` starts with it.
+  static std::string temp_prefix(const std::string& path);
+  /// `<path>.lock`.
+  static std::string lock_path(const std::string& path);
+
+ private:
+  void lock();
+  void remove_stale_temps();
+  void create_temp();
+  void unlock() noexcept;
+
+  std::string path_, prefix_, dir_, temp_;
+  int lock_fd_ = -1;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+}  // namespace mirrored::detail

@@ -1,0 +1,73 @@
+#pragma once
+// Helpers of the hostile-file-system tests: a deadline for calls that might block (on a FIFO), and
+// running a check without root's privileges (so that file permissions apply).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <future>
+#include <optional>
+#include <string>
+#include <thread>
+
+namespace mirrored::testing {
+
+/// Runs `fn` on a thread and waits up to `deadline` for it. If it is still running then (blocked),
+/// calls `unblock` until it returns, so that the test fails instead of hanging. Returns whether
+/// `fn` finished in time; rethrows what `fn` threw.
+inline bool finishes_within(std::chrono::milliseconds deadline, const std::function<void()>& fn,
+                            const std::function<void()>& unblock) {
+  std::promise<void> done;
+  std::future<void> finished = done.get_future();
+  std::exception_ptr error;
+  std::thread t([&] {
+    try {
+      fn();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    done.set_value();
+  });
+  const bool in_time = finished.wait_for(deadline) == std::future_status::ready;
+  while (finished.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) unblock();
+  t.join();
+  if (error) std::rethrow_exception(error);
+  return in_time;
+}
+
+/// Releases a reader blocked opening (or reading) the FIFO `path`: opens it for writing and closes
+/// it again, which hands the reader an end of file.
+inline void release_fifo_reader(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd >= 0) ::close(fd);
+}
+
+/// Runs `check` in a child process that has dropped root's privileges (to nobody, 65534), so that
+/// file permissions apply, and returns its result (`check`'s return value, or -1 when the child
+/// died). When the tests do not run as root, `check` runs in the child as is. nullopt: the
+/// privileges could not be dropped (no CAP_SETUID), so the check cannot be made.
+inline std::optional<int> run_unprivileged(const std::function<int()>& check) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(125);
+    int rc = 0;
+    try {
+      rc = check();
+    } catch (...) {
+      rc = 124;
+    }
+    ::_exit(rc);
+  }
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  if (WEXITSTATUS(status) == 125) return std::nullopt;
+  return WEXITSTATUS(status);
+}
+
+}  // namespace mirrored::testing
