@@ -1,11 +1,14 @@
-// The CUDA backend on physical GPUs: tensors, copies, streams, the caching allocator, errors, and
-// the conformance scenarios (conformance.hpp) compared bit for bit with the host backend's. Built
-// in every configuration; every test skips in SetUp when no GPU is visible.
+// The GPU backend: tensors, copies, streams, the caching allocator, errors, and the conformance
+// scenarios (conformance.hpp) compared bit for bit with the host backend's. Built in every
+// configuration; every test skips in SetUp when no GPU is visible. Under simulated GPUs
+// (MIRRORED_SIMULATED_GPUS) every device-generic test runs against them; the tests of CUDA itself
+// (mirrored::cuda, the allocator's cudaMalloc counts) skip there.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <mirrored/config.hpp>
@@ -17,7 +20,13 @@
 
 #include "conformance.hpp"
 #include "digits/train.hpp"
+#include "gpu/gpu_runtime.hpp"
+#include "gpu/simulated/sim_backend.hpp"
+#include "gpu/simulated/sim_runtime.hpp"
 #include "harness.hpp"
+#if MIRRORED_HAVE_CUDA
+#include "cuda/cuda_backend.hpp"
+#endif
 
 namespace mirrored {
 namespace {
@@ -32,6 +41,17 @@ class Gpu : public ::testing::Test {
     if (list_logical_devices(DeviceType::GPU).empty()) GTEST_SKIP() << "no GPU visible to this process";
   }
   static int gpus() { return static_cast<int>(list_logical_devices(DeviceType::GPU).size()); }
+};
+
+// Tests of CUDA itself: they skip on simulated GPUs.
+class CudaGpu : public Gpu {
+ protected:
+  void SetUp() override {
+    Gpu::SetUp();
+    if (IsSkipped()) return;
+    if (std::string(detail::gpu_runtime().name()) != "CUDA")
+      GTEST_SKIP() << "needs real CUDA GPUs: the GPUs are " << detail::gpu_runtime().name();
+  }
 };
 
 TEST_F(Gpu, TensorOpsMatchTheHostBackend) {
@@ -74,9 +94,9 @@ TEST_F(Gpu, MixedHostAndGpuReplicasMatchTheHost) {
 TEST_F(Gpu, DefaultStrategyTakesEveryGpu) {
   MirroredStrategy s;
   EXPECT_EQ(s.extended().worker_devices(), list_logical_devices(DeviceType::GPU));
-  // Distinct physical GPUs: NCCL when the build has it.
+  // Distinct physical GPUs: NCCL when it can serve them (a build with NCCL, real GPUs).
   EXPECT_EQ(s.extended().cross_device_ops().name(),
-            detail::nccl_compiled_in() ? "NcclAllReduce" : "ReductionToOneDevice");
+            detail::gpu_runtime().has_nccl() ? "NcclAllReduce" : "ReductionToOneDevice");
 }
 
 TEST_F(Gpu, TrainingOnAGpuGivesTheHostsWeights) {
@@ -116,21 +136,15 @@ TEST_F(Gpu, ErrorsAreTyped) {
   EXPECT_THROW((void)Tensor<float>::zeros({1}, Device(DeviceType::GPU, gpus())), NotFoundError);
 }
 
+// The allocator statistics of a GPU's backend (the CUDA or the simulated one).
+detail::CachingAllocatorStats allocator_stats_of(const Device& d) {
 #if MIRRORED_HAVE_CUDA
-
-TEST_F(Gpu, TensorsLiveInDeviceMemoryOfTheirGpu) {
-  for (int g = 0; g < gpus(); ++g) {
-    const Device d(DeviceType::GPU, g);
-    const auto t = Tensor<double>::full({5}, 1.5, d);
-    cudaPointerAttributes attr{};
-    ASSERT_EQ(cudaPointerGetAttributes(&attr, t.data()), cudaSuccess);
-    EXPECT_EQ(attr.type, cudaMemoryTypeDevice);
-    EXPECT_EQ(attr.device, cuda::physical_device(d));
-    EXPECT_EQ(t.device(), d);
-  }
+  if (std::string(detail::gpu_runtime().name()) == "CUDA") return detail::cuda_backend(d).allocator_stats();
+#endif
+  return detail::simulated_backend(d)->allocator_stats();
 }
 
-TEST_F(Gpu, SteadyStateStepsDoNotCallCudaMalloc) {
+TEST_F(Gpu, SteadyStateStepsDoNotAllocateDeviceMemory) {
   MirroredStrategy s({"GPU:0"});
   const Device d(DeviceType::GPU, 0);
   auto step = [&] {
@@ -142,16 +156,35 @@ TEST_F(Gpu, SteadyStateStepsDoNotCallCudaMalloc) {
     });
   };
   for (int i = 0; i < 3; ++i) step();
-  const auto before = cuda::allocator_stats(d);
+  const auto before = allocator_stats_of(d);
   for (int i = 0; i < 50; ++i) step();
-  const auto after = cuda::allocator_stats(d);
+  const auto after = allocator_stats_of(d);
   EXPECT_EQ(after.device_allocations, before.device_allocations);
   EXPECT_GT(after.cache_hits, before.cache_hits);
-  cuda::empty_cache(d);
-  EXPECT_EQ(cuda::allocator_stats(d).bytes_cached, 0u);
+#if MIRRORED_HAVE_CUDA
+  if (std::string(detail::gpu_runtime().name()) == "CUDA") {
+    EXPECT_EQ(cuda::allocator_stats(d).device_allocations, after.device_allocations);
+    cuda::empty_cache(d);
+    EXPECT_EQ(cuda::allocator_stats(d).bytes_cached, 0u);
+  }
+#endif
 }
 
-TEST_F(Gpu, PinnedAndPageableHostMemoryRoundTrip) {
+#if MIRRORED_HAVE_CUDA
+
+TEST_F(CudaGpu, TensorsLiveInDeviceMemoryOfTheirGpu) {
+  for (int g = 0; g < gpus(); ++g) {
+    const Device d(DeviceType::GPU, g);
+    const auto t = Tensor<double>::full({5}, 1.5, d);
+    cudaPointerAttributes attr{};
+    ASSERT_EQ(cudaPointerGetAttributes(&attr, t.data()), cudaSuccess);
+    EXPECT_EQ(attr.type, cudaMemoryTypeDevice);
+    EXPECT_EQ(attr.device, cuda::physical_device(d));
+    EXPECT_EQ(t.device(), d);
+  }
+}
+
+TEST_F(CudaGpu, PinnedAndPageableHostMemoryRoundTrip) {
   const Device d(DeviceType::GPU, 0);
   auto& be = detail::backend_for(d);
   constexpr std::size_t kBytes = (std::size_t{9} << 20) + 12;  // several staging slots, odd tail
@@ -172,7 +205,7 @@ TEST_F(Gpu, PinnedAndPageableHostMemoryRoundTrip) {
   cudaFreeHost(pinned);
 }
 
-TEST_F(Gpu, RunMakesEachReplicasDeviceCurrentAndGivesItsStream) {
+TEST_F(CudaGpu, RunMakesEachReplicasDeviceCurrentAndGivesItsStream) {
   std::vector<std::string> specs;
   for (int g = 0; g < gpus() && g < 4; ++g) specs.push_back("GPU:" + std::to_string(g));
   MirroredStrategy s(specs);
@@ -195,7 +228,7 @@ TEST_F(Gpu, RunMakesEachReplicasDeviceCurrentAndGivesItsStream) {
   EXPECT_THROW(cuda::stream(Device(DeviceType::CPU, 0)), InvalidArgumentError);
 }
 
-TEST_F(Gpu, UserWorkOnTheReplicaStreamIsOrderedWithTheLibrarys) {
+TEST_F(CudaGpu, UserWorkOnTheReplicaStreamIsOrderedWithTheLibrarys) {
   MirroredStrategy s({"GPU:0"});
   auto out = s.run([] {
     auto x = Tensor<int32_t>::full({1 << 20}, 5, Device(DeviceType::GPU, 0));
