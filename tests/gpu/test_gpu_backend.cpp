@@ -6,11 +6,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <mirrored/checkpoint.hpp>
 #include <mirrored/config.hpp>
 #include <mirrored/mirrored.hpp>
 #include "collectives/ops_selection.hpp"
@@ -19,6 +21,7 @@
 #endif
 
 #include "conformance.hpp"
+#include "device_contracts.hpp"
 #include "digits/train.hpp"
 #include "gpu/gpu_runtime.hpp"
 #include "gpu/simulated/sim_backend.hpp"
@@ -119,6 +122,30 @@ TEST_F(Gpu, TrainingOnAGpuGivesTheHostsWeights) {
   EXPECT_EQ(gpu.first, host.first);
   EXPECT_EQ(gpu.second, host.second);
   EXPECT_GT(gpu.second, 0.85);
+}
+
+TEST_F(Gpu, CopiesAndReductionHelpersAreCompleteOnReturn) {
+  std::vector<Device> devices = {cpu0, Device(DeviceType::GPU, 0)};
+  if (gpus() > 1) devices.push_back(Device(DeviceType::GPU, 1));  // another physical GPU
+  contracts::expect_complete_on_return(devices);
+}
+
+// Saving reads GPU tensors into the file: values computed just before (still queued on the
+// device) must be the ones saved.
+TEST_F(Gpu, CheckpointsOfGpuTensorsHoldTheirValues) {
+  const Device gpu0(DeviceType::GPU, 0);
+  std::vector<int64_t> values(100000);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int64_t>(i) * 3 - 7;
+  const auto x = Tensor<int64_t>::from_vector(values, {int64_t(values.size())}, gpu0) * int64_t{2} + int64_t{1};
+  const auto y = Tensor<float>::full({3, 4}, 0.5f, gpu0) + 2.0f;
+  const std::string path = ::testing::TempDir() + "mirrored_gpu_checkpoint.safetensors";
+  checkpoint::save_tensors(path, {{"x", checkpoint::untyped(x)}, {"y", checkpoint::untyped(y)}});
+  const auto loaded = checkpoint::load(path);
+  std::remove(path.c_str());
+  std::vector<int64_t> expected(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) expected[i] = values[i] * 2 + 1;
+  EXPECT_EQ(loaded.get<int64_t>("x").to_vector(), expected);
+  EXPECT_EQ(loaded.get<float>("y").to_vector(), std::vector<float>(12, 2.5f));
 }
 
 TEST_F(Gpu, ErrorsAreTyped) {

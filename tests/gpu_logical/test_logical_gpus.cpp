@@ -18,6 +18,7 @@
 #endif
 
 #include "conformance.hpp"
+#include "device_contracts.hpp"
 #include "digits/train.hpp"
 #include "gpu/gpu_runtime.hpp"
 #include "gpu/logical_gpus.hpp"
@@ -83,6 +84,12 @@ TEST_P(LogicalGpus, AreLogicalGpusOfPhysicalGpuZero) {
   }
   for (std::size_t i = 1; i < streams.size(); ++i) EXPECT_NE(streams[i], streams[0]) << "one stream per logical GPU";
 #endif
+}
+
+TEST_P(LogicalGpus, CopiesAndReductionHelpersAreCompleteOnReturn) {
+  std::vector<Device> devices = {cpu0};
+  for (const auto& g : gpus()) devices.push_back(Device::parse(g));  // logical GPUs of one chip
+  contracts::expect_complete_on_return(devices);
 }
 
 TEST_P(LogicalGpus, ReduceToOneDeviceByDefault) {

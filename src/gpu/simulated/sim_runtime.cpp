@@ -64,10 +64,13 @@ class SimulatedGpuRuntime final : public GpuRuntime {
 
   bool copy_gpu_to_gpu(void* dst, const Device& dst_device, const void* src, const Device& src_device,
                        std::size_t bytes) override {
-    // As the CUDA runtime does: the source's contents are final, the copy runs on the
-    // destination's stream and is complete on return.
     sim::Backend& to = backend(dst_device);
     sim::Backend& from = backend(src_device);
+    // Simulated chips have no peer path to each other: copies between them take copy_between's
+    // host staging, which the CUDA runtime (always able to copy peer to peer) never exercises.
+    if (to.physical() != from.physical()) return false;
+    // Within a chip, as the CUDA runtime does: the source's contents are final, the copy runs
+    // on the destination's stream and is complete on return.
     from.synchronize();
     to.stream(to.current_stream()).enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); });
     to.synchronize();
