@@ -3,13 +3,15 @@
 #   make test   - debug build + full ctest run
 #   make asan   - AddressSanitizer/UBSan build + ctest
 #   make tsan   - ThreadSanitizer build + ctest
+#   make simulated-gpus - the gpu-labelled tests on 1, 2 and 4 simulated GPUs (debug), and on 2
+#                 under ThreadSanitizer (MIRRORED_SIMULATED_GPUS; see docs/gpu.md)
 #   make cuda   - CUDA/NCCL backend build + ctest (GPU tests skip without a GPU)
 #   make bench  - release build, run every benchmark
 #   make clean  - remove build/
 
 JOBS ?= 2
 
-.PHONY: all deps demo test asan tsan cuda bench clean
+.PHONY: all deps demo test asan tsan simulated-gpus cuda bench clean
 
 all: test
 
@@ -35,6 +37,18 @@ tsan: deps
 	cmake --preset tsan
 	cmake --build --preset tsan -j$(JOBS)
 	ctest --preset tsan
+
+simulated-gpus: deps
+	cmake --preset debug
+	cmake --build --preset debug -j$(JOBS)
+	@set -e; for n in 1 2 4; do \
+	  echo "==> ctest -L gpu with MIRRORED_SIMULATED_GPUS=$$n (debug)"; \
+	  MIRRORED_SIMULATED_GPUS=$$n ctest --preset debug -L gpu; \
+	done
+	cmake --preset tsan
+	cmake --build --preset tsan -j$(JOBS)
+	@echo "==> ctest -L gpu with MIRRORED_SIMULATED_GPUS=2 (tsan)"
+	MIRRORED_SIMULATED_GPUS=2 ctest --preset tsan -L gpu
 
 cuda: deps
 	cmake --preset cuda
