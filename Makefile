@@ -4,6 +4,8 @@
 #   make asan   - AddressSanitizer/UBSan build + ctest
 #   make tsan   - ThreadSanitizer build + ctest
 #   make fuzz   - libFuzzer build (clang, ASan/UBSan) + every fuzz target for FUZZ_SECONDS (60) each
+#   make simulated-gpus - the gpu-labelled tests on 1, 2 and 4 simulated GPUs (debug), and on 2
+#                 under ThreadSanitizer (MIRRORED_SIMULATED_GPUS; see docs/gpu.md)
 #   make cuda   - CUDA/NCCL backend build + ctest (GPU tests skip without a GPU)
 #   make bench  - release build, run every benchmark
 #   make clean  - remove build/
@@ -11,7 +13,7 @@
 JOBS ?= 2
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps demo test asan tsan fuzz cuda bench clean
+.PHONY: all deps demo test asan tsan simulated-gpus fuzz cuda bench clean
 
 all: test
 
@@ -38,6 +40,18 @@ tsan: deps
 	cmake --preset tsan
 	cmake --build --preset tsan -j$(JOBS)
 	ctest --preset tsan
+
+simulated-gpus: deps
+	cmake --preset debug
+	cmake --build --preset debug -j$(JOBS)
+	@set -e; for n in 1 2 4; do \
+	  echo "==> ctest -L gpu with MIRRORED_SIMULATED_GPUS=$$n (debug)"; \
+	  MIRRORED_SIMULATED_GPUS=$$n ctest --preset debug -L gpu; \
+	done
+	cmake --preset tsan
+	cmake --build --preset tsan -j$(JOBS)
+	@echo "==> ctest -L gpu with MIRRORED_SIMULATED_GPUS=2 (tsan)"
+	MIRRORED_SIMULATED_GPUS=2 ctest --preset tsan -L gpu
 
 fuzz: deps
 	JOBS=$(JOBS) bash tools/run-fuzz.sh $(FUZZ_SECONDS)

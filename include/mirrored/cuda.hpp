@@ -32,8 +32,9 @@
 
 namespace mirrored::cuda {
 
-/// The stream of a GPU device. \throws InvalidArgumentError for a CPU device; NotFoundError for a
-/// GPU that is not visible.
+/// The (compute) stream of a GPU device. \throws InvalidArgumentError for a CPU device; NotFoundError for a
+/// GPU that is not visible; FailedPreconditionError when the process runs on simulated GPUs
+/// (`MIRRORED_SIMULATED_GPUS`), which are not CUDA devices.
 cudaStream_t stream(const Device& device);
 
 /// The calling replica's stream inside `Strategy::run` on a GPU replica. \throws

@@ -2,6 +2,7 @@
 #include "mirrored/cross_device_ops.hpp"
 
 #include "collectives/ops_selection.hpp"
+#include "gpu/gpu_runtime.hpp"
 #include "gpu/logical_gpus.hpp"
 #include "mirrored/errors.hpp"
 
@@ -11,11 +12,16 @@ namespace detail {
 std::shared_ptr<CrossDeviceOps> select_cross_device_ops(const std::vector<Device>& devices) {
   std::vector<ReplicaPlacement> placements;
   placements.reserve(devices.size());
+  bool any_gpu = false;
   for (const Device& d : devices) {
+    any_gpu = any_gpu || !d.is_host();
     placements.push_back(d.is_host() ? ReplicaPlacement{DeviceType::CPU, -1}
                                      : ReplicaPlacement{DeviceType::GPU, logical_gpu_location(d.index()).first});
   }
-  switch (choose_cross_device_ops(placements, nccl_compiled_in())) {
+  // NCCL only where the runtime says it can serve the GPUs (not on simulated ones); host-only
+  // strategies never ask the GPU runtime.
+  const bool nccl = any_gpu && gpu_runtime().has_nccl();
+  switch (choose_cross_device_ops(placements, nccl)) {
     case CrossDeviceOpsChoice::in_process_all_reduce: return std::make_shared<InProcessAllReduce>();
     case CrossDeviceOpsChoice::nccl_all_reduce: return std::make_shared<NcclAllReduce>();
     case CrossDeviceOpsChoice::reduction_to_one_device: break;

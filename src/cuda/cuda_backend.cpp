@@ -7,30 +7,50 @@
 #include <limits>
 #include <map>
 #include <new>
+#include <string_view>
 #include <vector>
 
 #include "cuda/kernels.hpp"
+#include "gpu/gpu_runtime.hpp"
 #include "gpu/logical_gpus.hpp"
 #include "mirrored/errors.hpp"
-#include "mirrored/replica_context.hpp"
 #include "util/log.hpp"
+#include "util/spin.hpp"
 
 namespace mirrored::detail {
 
 // ---------------------------------------------------------------------------------------------
-// Errors and device guards.
+// Errors, device guards and bounded waits.
 
-std::string describe_gpu_call_site(const Device& logical, int physical) {
-  std::string where = logical.short_name() + " (physical GPU " + std::to_string(physical) + ")";
-  if (const ReplicaContext* ctx = thread_state().replica)
-    where += ", replica " + std::to_string(ctx->replica_id_in_sync_group());
-  return where;
+bool cuda_error_is_sticky(cudaError_t err) noexcept {
+  switch (err) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorMpsClientTerminated: return true;
+    default: return false;
+  }
 }
 
 void throw_cuda_error(cudaError_t err, const char* call, const Device& logical, int physical) {
   (void)cudaGetLastError();  // clear a non-sticky error so that later calls start clean
-  const std::string message = str_cat(call, " failed on ", describe_gpu_call_site(logical, physical), ": ",
-                                      cudaGetErrorName(err), ": ", cudaGetErrorString(err));
+  std::string message = str_cat(call, " failed on ", describe_gpu_call_site(logical, physical), ": ",
+                                cudaGetErrorName(err), ": ", cudaGetErrorString(err));
+  if (cuda_error_is_sticky(err)) {
+    // Every later CUDA call of this process fails the same way: say so, and refuse further work
+    // on the device up front (check_gpu_usable) instead of failing wherever it next runs.
+    mark_gpu_unusable(physical, str_cat(call, ": ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
+    message += str_cat("; this error is sticky: physical GPU ", physical,
+                       " cannot run work again until the device is reset (restart the process)");
+    throw InternalError(message);
+  }
   switch (err) {
     case cudaErrorMemoryAllocation:
     case cudaErrorNoDevice:
@@ -43,6 +63,7 @@ void throw_cuda_error(cudaError_t err, const char* call, const Device& logical, 
 }
 
 CudaDeviceGuard::CudaDeviceGuard(int physical, const Device& logical) {
+  check_gpu_usable(logical, physical);
   int current = -1;
   const cudaError_t got = cudaGetDevice(&current);
   if (got == cudaSuccess && current == physical) return;
@@ -67,6 +88,43 @@ CudaDeviceGuard::~CudaDeviceGuard() {
   if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::time_point deadline_after(double timeout_s) {
+  if (!(timeout_s < 1e9)) return Clock::time_point::max();
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+}
+
+// Polls `query` (cudaStreamQuery or cudaEventQuery) until it succeeds, fails, or the deadline passes.
+template <class Query>
+void poll_until(Query query, Clock::time_point deadline, double timeout_s, const char* what, const Device& logical,
+                int physical) {
+  Backoff backoff;
+  while (true) {
+    const cudaError_t q = query();
+    if (q == cudaSuccess) return;
+    if (q != cudaErrorNotReady) throw_cuda_error(q, what, logical, physical);
+    // Not an error, but the runtime may keep it as this thread's last error, which a later
+    // kernel launch check would then report.
+    (void)cudaGetLastError();
+    if (Clock::now() > deadline) {
+      throw DeadlineExceededError(str_cat(what, " on ", describe_gpu_call_site(logical, physical),
+                                          ": the device's work did not finish within ", timeout_s,
+                                          " s (it may still be running)"));
+    }
+    backoff.pause();
+  }
+}
+
+}  // namespace
+
+void wait_cuda_stream(cudaStream_t stream, Clock::time_point deadline, double timeout_s, const char* what,
+                      const Device& logical, int physical) {
+  poll_until([&] { return cudaStreamQuery(stream); }, deadline, timeout_s, what, logical, physical);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Device memory.
 
@@ -88,6 +146,69 @@ void CudaMemoryPolicy::free(void* p, std::size_t) noexcept {
 }
 
 std::string CudaMemoryPolicy::describe() const { return describe_gpu_call_site(logical, physical); }
+
+bool CudaMemoryPolicy::record_event(Stream s, Event& e) noexcept {
+  CudaDeviceGuard guard(physical, std::nothrow);
+  cudaEvent_t made = nullptr;
+  if (!guard.ok() || cudaEventCreateWithFlags(&made, cudaEventDisableTiming) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (cudaEventRecord(made, s) != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaEventDestroy(made);
+    return false;
+  }
+  e = made;
+  return true;
+}
+
+bool CudaMemoryPolicy::event_reached(const Event& e) noexcept {
+  const cudaError_t q = cudaEventQuery(e);
+  if (q == cudaSuccess) return true;
+  (void)cudaGetLastError();
+  // Not ready: not yet. Any other answer is a failed device, whose work will not touch the block.
+  return q != cudaErrorNotReady;
+}
+
+void CudaMemoryPolicy::synchronize_event(const Event& e) noexcept {
+  if (cudaEventSynchronize(e) != cudaSuccess) (void)cudaGetLastError();
+}
+
+void CudaMemoryPolicy::destroy_event(Event& e) noexcept {
+  if (e && cudaEventDestroy(e) != cudaSuccess) (void)cudaGetLastError();
+  e = nullptr;
+}
+
+void CudaMemoryPolicy::synchronize_stream(Stream s) noexcept {
+  if (cudaStreamSynchronize(s) != cudaSuccess) (void)cudaGetLastError();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events.
+
+CudaEvent::CudaEvent(const Device& logical, int physical) : logical_(logical), physical_(physical) {
+  CudaDeviceGuard guard(physical_, logical_);
+  const cudaError_t err = cudaEventCreateWithFlags(&event_, cudaEventDisableTiming);
+  if (err != cudaSuccess) throw_cuda_error(err, "cudaEventCreateWithFlags", logical_, physical_);
+}
+
+CudaEvent::~CudaEvent() {
+  if (event_ && cudaEventDestroy(event_) != cudaSuccess) (void)cudaGetLastError();
+}
+
+bool CudaEvent::query() const {
+  const cudaError_t q = cudaEventQuery(event_);
+  if (q == cudaSuccess) return true;
+  if (q != cudaErrorNotReady) throw_cuda_error(q, "cudaEventQuery", logical_, physical_);
+  (void)cudaGetLastError();
+  return false;
+}
+
+void CudaEvent::synchronize(double timeout_s) const {
+  poll_until([&] { return cudaEventQuery(event_); }, deadline_after(timeout_s), timeout_s,
+             "cudaEventQuery (event synchronize)", logical_, physical_);
+}
 
 // ---------------------------------------------------------------------------------------------
 // The backend table.
@@ -120,6 +241,11 @@ std::size_t cache_limit_from_env() {
 }  // namespace
 
 CudaBackend& cuda_backend(int index) {
+  // A process on simulated GPUs never touches CUDA (its GPU:k are not CUDA devices).
+  auto& runtime = gpu_runtime();
+  MIRRORED_ENFORCE(std::string_view(runtime.name()) == "CUDA", FailedPreconditionError, "GPU:", index,
+                   " is not a CUDA device: this process runs on ", runtime.name(), " GPUs (",
+                   runtime.unavailable_reason(), "), which have no CUDA stream, allocator or NCCL");
   auto& t = backend_table();
   std::lock_guard lock(t.mu);
   auto it = t.backends.find(index);
@@ -139,22 +265,106 @@ CudaBackend& cuda_backend(const Device& device) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// CudaBackend.
+// CudaBackend: construction, lanes, events.
 
 CudaBackend::CudaBackend(const Device& logical, int physical)
     : logical_(logical), physical_(physical), allocator_(CudaMemoryPolicy{logical, physical}, cache_limit_from_env()) {
   CudaDeviceGuard guard(physical_, logical_);
-  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  main_.stream = stream_;
-  check(cudaEventCreateWithFlags(&ready_event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-  check(cudaEventCreateWithFlags(&done_event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  check(cudaStreamCreateWithFlags(&main_.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  try {
+    ready_event_ = std::make_unique<CudaEvent>(logical_, physical_);
+    done_event_ = std::make_unique<CudaEvent>(logical_, physical_);
+  } catch (...) {
+    if (cudaStreamDestroy(main_.stream) != cudaSuccess) (void)cudaGetLastError();
+    throw;
+  }
   allocator_.set_on_out_of_memory([this] { release_siblings(physical_, this); });
   MIRRORED_LOG(debug, "CUDA backend for ", logical_.short_name(), " on physical GPU ", physical_);
 }
 
 CudaBackend::~CudaBackend() = default;
 
-void* CudaBackend::allocate(std::size_t bytes) { return allocator_.allocate(bytes); }
+CudaBackend::Lane& CudaBackend::lazy_lane(std::atomic<Lane*>& published, std::unique_ptr<Lane>& owner,
+                                          cudaEvent_t* order) {
+  if (Lane* lane = published.load(std::memory_order_acquire)) return *lane;
+  std::lock_guard lock(lanes_mu_);
+  if (owner) return *owner;
+  // Everything the lane needs is made first; it is published only once complete, so a failure
+  // leaves nothing half-made behind for the next call to trip over.
+  CudaDeviceGuard guard(physical_, logical_);
+  auto lane = std::make_unique<Lane>();
+  check(cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  cudaEvent_t event = nullptr;
+  if (order) {
+    const cudaError_t err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (cudaStreamDestroy(lane->stream) != cudaSuccess) (void)cudaGetLastError();
+      check(err, "cudaEventCreateWithFlags");
+    }
+    *order = event;
+  }
+  owner = std::move(lane);
+  published.store(owner.get(), std::memory_order_release);
+  return *owner;
+}
+
+CudaBackend::Lane& CudaBackend::lane_for_call() {
+  if (current_stream() == StreamKind::compute) return main_;
+  return lazy_lane(communication_, communication_owner_, nullptr);
+}
+
+void CudaBackend::wait_lane(const Lane& lane, const char* what) {
+  const double timeout_s = default_synchronize_timeout_s();
+  wait_cuda_stream(lane.stream, deadline_after(timeout_s), timeout_s, what, logical_, physical_);
+}
+
+void CudaBackend::synchronize_for(double timeout_s) {
+  CudaDeviceGuard guard(physical_, logical_);
+  wait_cuda_stream(lane_for_call().stream, deadline_after(timeout_s), timeout_s, "synchronize (cudaStreamQuery)",
+                   logical_, physical_);
+}
+
+std::unique_ptr<DeviceEvent> CudaBackend::create_event() { return std::make_unique<CudaEvent>(logical_, physical_); }
+
+void CudaBackend::record_event(DeviceEvent& event) {
+  auto* e = dynamic_cast<CudaEvent*>(&event);
+  MIRRORED_ENFORCE(e != nullptr, InternalError, "record_event on ", logical_.short_name(),
+                   ": the event was not made by a CUDA backend");
+  CudaDeviceGuard guard(physical_, logical_);
+  check(cudaEventRecord(e->get(), lane_for_call().stream), "cudaEventRecord");
+}
+
+void CudaBackend::wait_event(const DeviceEvent& event) {
+  const auto* e = dynamic_cast<const CudaEvent*>(&event);
+  MIRRORED_ENFORCE(e != nullptr, InternalError, "wait_event on ", logical_.short_name(),
+                   ": the event was not made by a CUDA backend");
+  CudaDeviceGuard guard(physical_, logical_);
+  check(cudaStreamWaitEvent(lane_for_call().stream, e->get(), 0), "cudaStreamWaitEvent");
+}
+
+void CudaBackend::record_stream_use(const void* block, const DeviceBackend& user) {
+  const auto* u = dynamic_cast<const CudaBackend*>(&user);
+  if (!u) return;  // host work is complete when it returns
+  allocator_.record_stream(block, const_cast<CudaBackend*>(u)->stream_for_call());
+}
+
+int CudaBackend::max_fused_replicas() const noexcept { return cuda_kernels::kMaxFusedReplicas; }
+
+void CudaBackend::all_reduce_fused(DType dtype, const void* const* in, void* const* out, int n, int64_t count,
+                                   int64_t mean_divisor) {
+  if (count <= 0) return;
+  MIRRORED_ENFORCE(n >= 1 && n <= cuda_kernels::kMaxFusedReplicas, InternalError, "all_reduce_fused on ",
+                   logical_.short_name(), " with ", n, " replicas");
+  CudaDeviceGuard guard(physical_, logical_);
+  check(cuda_kernels::all_reduce_fused(dtype, in, out, n, count, mean_divisor, lane_for_call().stream),
+        "all-reduce kernel launch");
+}
+
+// ---------------------------------------------------------------------------------------------
+// CudaBackend: memory and copies.
+
+void* CudaBackend::allocate(std::size_t bytes) { return allocator_.allocate(bytes, lane_for_call().stream); }
 
 void CudaBackend::deallocate(void* ptr, std::size_t) noexcept { allocator_.deallocate(ptr); }
 
@@ -168,18 +378,33 @@ bool CudaBackend::is_pinned(const void* p) const {
 }
 
 void CudaBackend::ensure_staging_locked(Lane& lane) {
-  if (lane.slots[0].host) return;
-  for (auto& s : lane.slots) {
-    void* p = nullptr;
-    check(cudaHostAlloc(&p, kSlotBytes, cudaHostAllocDefault), "cudaHostAlloc");
-    s.host = static_cast<unsigned char*>(p);
-    check(cudaEventCreateWithFlags(&s.event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  if (lane.staging) return;
+  // All slots or none: made into locals and published together, so that a failure halfway (a
+  // pinned allocation refused) leaves no slot without memory or event for a later call to use.
+  Slot made[kSlots];
+  try {
+    for (auto& s : made) {
+      void* p = nullptr;
+      check(cudaHostAlloc(&p, kSlotBytes, cudaHostAllocDefault), "cudaHostAlloc");
+      s.host = static_cast<unsigned char*>(p);
+      check(cudaEventCreateWithFlags(&s.event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    }
+  } catch (...) {
+    for (auto& s : made) {
+      if (s.event && cudaEventDestroy(s.event) != cudaSuccess) (void)cudaGetLastError();
+      if (s.host && cudaFreeHost(s.host) != cudaSuccess) (void)cudaGetLastError();
+    }
+    throw;
   }
+  for (int i = 0; i < kSlots; ++i) lane.slots[i] = made[i];
+  lane.staging = true;
 }
 
 void CudaBackend::wait_slot_locked(Slot& s) {
   if (!s.pending) return;
-  check(cudaEventSynchronize(s.event), "cudaEventSynchronize");
+  const double timeout_s = default_synchronize_timeout_s();
+  poll_until([&] { return cudaEventQuery(s.event); }, deadline_after(timeout_s), timeout_s,
+             "cudaEventQuery (staging copy)", logical_, physical_);
   s.pending = false;
 }
 
@@ -213,48 +438,49 @@ void CudaBackend::stage_to_device_locked(Lane& lane, void* dst, const void* src,
 void CudaBackend::copy_from_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   CudaDeviceGuard guard(physical_, logical_);
+  Lane& lane = lane_for_call();
   if (bytes >= kDirectCopyMin && is_pinned(src)) {
     // Already page-locked: one DMA, finished before the caller may reuse `src`.
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
-    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, lane.stream), "cudaMemcpyAsync");
+    wait_lane(lane, "copy_from_host (cudaStreamQuery)");
     return;
   }
   // Returns once the last chunk is staged: the caller may reuse `src` at once.
-  std::lock_guard lock(main_.mu);
-  stage_to_device_locked(main_, dst, src, bytes);
+  std::lock_guard lock(lane.mu);
+  stage_to_device_locked(lane, dst, src, bytes);
 }
 
 void CudaBackend::prefetch_from_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   CudaDeviceGuard guard(physical_, logical_);
-  std::lock_guard lock(prefetch_.mu);
-  if (!prefetch_.stream) {
-    check(cudaStreamCreateWithFlags(&prefetch_.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    check(cudaEventCreateWithFlags(&prefetch_order_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-  }
-  // The allocator reuses blocks in main-stream order, so work queued there before `dst` was
-  // allocated may still touch its memory: the copy waits for exactly that work, not for later.
-  check(cudaEventRecord(prefetch_order_, stream_), "cudaEventRecord");
-  check(cudaStreamWaitEvent(prefetch_.stream, prefetch_order_, 0), "cudaStreamWaitEvent");
+  Lane& main = lane_for_call();
+  Lane& prefetch = lazy_lane(prefetch_, prefetch_owner_, &prefetch_order_);
+  std::lock_guard lock(prefetch.mu);
+  // The allocator reuses blocks in stream order, so work queued on the calling thread's stream
+  // before `dst` was allocated may still touch its memory: the copy waits for exactly that work,
+  // not for later.
+  check(cudaEventRecord(prefetch_order_, main.stream), "cudaEventRecord");
+  check(cudaStreamWaitEvent(prefetch.stream, prefetch_order_, 0), "cudaStreamWaitEvent");
   if (bytes >= kDirectCopyMin && (is_pinned(src) || pin_host_block(src, logical_, physical_))) {
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, prefetch_.stream), "cudaMemcpyAsync");
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, prefetch.stream), "cudaMemcpyAsync");
   } else {
-    stage_to_device_locked(prefetch_, dst, src, bytes);
+    stage_to_device_locked(prefetch, dst, src, bytes);
   }
   // Complete on return: the consumer uses the tensor on the main stream without further waits.
-  check(cudaStreamSynchronize(prefetch_.stream), "cudaStreamSynchronize");
+  wait_lane(prefetch, "prefetch_from_host (cudaStreamQuery)");
 }
 
 void CudaBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   CudaDeviceGuard guard(physical_, logical_);
+  Lane& lane = lane_for_call();
   if (bytes >= kDirectCopyMin && is_pinned(dst)) {
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
-    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, lane.stream), "cudaMemcpyAsync");
+    wait_lane(lane, "copy_to_host (cudaStreamQuery)");
     return;
   }
-  std::lock_guard lock(main_.mu);
-  ensure_staging_locked(main_);
+  std::lock_guard lock(lane.mu);
+  ensure_staging_locked(lane);
   auto* out = static_cast<unsigned char*>(dst);
   const auto* in = static_cast<const unsigned char*>(src);
   struct Pending {
@@ -268,11 +494,12 @@ void CudaBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
     // Keep up to kSlots chunks in flight; slots are taken in ring order, so the next one is
     // never one of those still queued.
     while (issued < bytes && count < kSlots) {
-      const int s = next_slot_locked(main_);
+      const int s = next_slot_locked(lane);
       const std::size_t len = std::min(kSlotBytes, bytes - issued);
-      check(cudaMemcpyAsync(main_.slots[s].host, in + issued, len, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
-      check(cudaEventRecord(main_.slots[s].event, stream_), "cudaEventRecord");
-      main_.slots[s].pending = true;
+      check(cudaMemcpyAsync(lane.slots[s].host, in + issued, len, cudaMemcpyDeviceToHost, lane.stream),
+            "cudaMemcpyAsync");
+      check(cudaEventRecord(lane.slots[s].event, lane.stream), "cudaEventRecord");
+      lane.slots[s].pending = true;
       queue[(head + count) % kSlots] = Pending{s, issued, len};
       ++count;
       issued += len;
@@ -280,97 +507,109 @@ void CudaBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
     const Pending p = queue[head];
     head = (head + 1) % kSlots;
     --count;
-    wait_slot_locked(main_.slots[p.slot]);
-    std::memcpy(out + p.offset, main_.slots[p.slot].host, p.length);
+    wait_slot_locked(lane.slots[p.slot]);
+    std::memcpy(out + p.offset, lane.slots[p.slot].host, p.length);
   }
-  main_.used = kSlotBytes;  // host-to-device copies continue in a fresh slot
+  lane.used = kSlotBytes;  // host-to-device copies continue in a fresh slot
 }
 
 void CudaBackend::copy_within(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0 || dst == src) return;
   CudaDeviceGuard guard(physical_, logical_);
-  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, lane_for_call().stream), "cudaMemcpyAsync");
 }
 
 void CudaBackend::copy_rows_within(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
                                    std::size_t width, std::size_t height) {
   if (width == 0 || height == 0) return;
   CudaDeviceGuard guard(physical_, logical_);
-  check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, cudaMemcpyDeviceToDevice, stream_),
+  check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, cudaMemcpyDeviceToDevice,
+                          lane_for_call().stream),
         "cudaMemcpy2DAsync");
 }
+
+// ---------------------------------------------------------------------------------------------
+// CudaBackend: kernels.
 
 void CudaBackend::fill(DType dtype, void* dst, int64_t count, const void* value) {
   if (count <= 0) return;
   CudaDeviceGuard guard(physical_, logical_);
-  check(cuda_kernels::fill(dtype, dst, count, value, stream_), "fill kernel launch");
+  check(cuda_kernels::fill(dtype, dst, count, value, lane_for_call().stream), "fill kernel launch");
 }
 
 void CudaBackend::binary(BinaryOp op, DType dtype, const void* a, bool a_scalar, const void* b, bool b_scalar,
                          void* out, int64_t count) {
   if (count <= 0) return;
   CudaDeviceGuard guard(physical_, logical_);
+  Lane& lane = lane_for_call();
   const auto kop = static_cast<cuda_kernels::Binary>(static_cast<int>(op));
   if (op != BinaryOp::div || dtype_is_floating(dtype)) {
-    check(cuda_kernels::binary(kop, dtype, a, a_scalar, b, b_scalar, out, count, nullptr, stream_),
+    check(cuda_kernels::binary(kop, dtype, a, a_scalar, b, b_scalar, out, count, nullptr, lane.stream),
           "binary kernel launch");
     return;
   }
   // Integer division: the kernel records the first zero divisor; raise it like the host does.
   std::lock_guard lock(div_mu_);
   if (!div_flag_) {
+    // Both buffers or neither: made into locals and published together.
     void* d = nullptr;
-    check(cudaMalloc(&d, sizeof(unsigned long long)), "cudaMalloc");
-    div_flag_ = static_cast<unsigned long long*>(d);
     void* h = nullptr;
-    check(cudaHostAlloc(&h, sizeof(unsigned long long), cudaHostAllocDefault), "cudaHostAlloc");
+    const cudaError_t got_device = cudaMalloc(&d, sizeof(unsigned long long));
+    const cudaError_t got_host =
+        got_device == cudaSuccess ? cudaHostAlloc(&h, sizeof(unsigned long long), cudaHostAllocDefault) : got_device;
+    if (got_host != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (d && cudaFree(d) != cudaSuccess) (void)cudaGetLastError();
+      check(got_host, got_device != cudaSuccess ? "cudaMalloc" : "cudaHostAlloc");
+    }
     div_flag_host_ = static_cast<unsigned long long*>(h);
-    check(cudaMemsetAsync(div_flag_, 0xFF, sizeof(unsigned long long), stream_), "cudaMemsetAsync");
+    div_flag_ = static_cast<unsigned long long*>(d);
   }
-  check(cuda_kernels::binary(kop, dtype, a, a_scalar, b, b_scalar, out, count, div_flag_, stream_),
+  // Reset on this call's stream, so no state carries over from a call on another stream.
+  check(cudaMemsetAsync(div_flag_, 0xFF, sizeof(unsigned long long), lane.stream), "cudaMemsetAsync");
+  check(cuda_kernels::binary(kop, dtype, a, a_scalar, b, b_scalar, out, count, div_flag_, lane.stream),
         "div kernel launch");
-  check(cudaMemcpyAsync(div_flag_host_, div_flag_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream_),
+  check(cudaMemcpyAsync(div_flag_host_, div_flag_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, lane.stream),
         "cudaMemcpyAsync");
-  check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  wait_lane(lane, "div (cudaStreamQuery)");
   const unsigned long long at = *div_flag_host_;
-  if (at != std::numeric_limits<unsigned long long>::max()) {
-    check(cudaMemsetAsync(div_flag_, 0xFF, sizeof(unsigned long long), stream_), "cudaMemsetAsync");
+  if (at != std::numeric_limits<unsigned long long>::max())
     throw InvalidArgumentError(str_cat("div: integer division by zero at element ", at));
-  }
 }
 
 void CudaBackend::sum_n(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count) {
   if (count <= 0) return;
   MIRRORED_ENFORCE(num_inputs >= 1, InternalError, "sum_n on ", logical_.short_name(), " with ", num_inputs, " inputs");
   CudaDeviceGuard guard(physical_, logical_);
+  const cudaStream_t stream = lane_for_call().stream;
   constexpr int kMax = cuda_kernels::kMaxSumInputs;
   if (num_inputs <= kMax) {
-    check(cuda_kernels::sum_n(dtype, inputs, num_inputs, nullptr, out, count, stream_), "sum_n kernel launch");
+    check(cuda_kernels::sum_n(dtype, inputs, num_inputs, nullptr, out, count, stream), "sum_n kernel launch");
     return;
   }
   // More inputs than one launch takes: accumulate into scratch, in order; the last launch writes
   // `out` (which may alias an input, so it is written only once every input has been read).
   const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
-  void* scratch = allocator_.allocate(bytes);
+  void* scratch = allocator_.allocate(bytes, stream);
   struct Release {
     CachingAllocator<CudaMemoryPolicy>& a;
     void* p;
     ~Release() { a.deallocate(p); }  // stream-ordered: later users of the block come after
   } release{allocator_, scratch};
-  check(cuda_kernels::sum_n(dtype, inputs, kMax, nullptr, scratch, count, stream_), "sum_n kernel launch");
+  check(cuda_kernels::sum_n(dtype, inputs, kMax, nullptr, scratch, count, stream), "sum_n kernel launch");
   int next = kMax;
   while (num_inputs - next > kMax) {
-    check(cuda_kernels::sum_n(dtype, inputs + next, kMax, scratch, scratch, count, stream_), "sum_n kernel launch");
+    check(cuda_kernels::sum_n(dtype, inputs + next, kMax, scratch, scratch, count, stream), "sum_n kernel launch");
     next += kMax;
   }
-  check(cuda_kernels::sum_n(dtype, inputs + next, num_inputs - next, scratch, out, count, stream_),
+  check(cuda_kernels::sum_n(dtype, inputs + next, num_inputs - next, scratch, out, count, stream),
         "sum_n kernel launch");
 }
 
 void CudaBackend::sum_axis(DType dtype, const void* in, int64_t outer, int64_t length, int64_t inner, void* out) {
   if (outer * inner <= 0) return;
   CudaDeviceGuard guard(physical_, logical_);
-  check(cuda_kernels::sum_axis(dtype, in, outer, length, inner, out, stream_), "sum_axis kernel launch");
+  check(cuda_kernels::sum_axis(dtype, in, outer, length, inner, out, lane_for_call().stream), "sum_axis kernel launch");
 }
 
 void CudaBackend::divide(DType dtype, void* inout, int64_t count, int64_t divisor) {
@@ -378,15 +617,13 @@ void CudaBackend::divide(DType dtype, void* inout, int64_t count, int64_t diviso
     MIRRORED_ENFORCE(divisor != 0, InvalidArgumentError, "divide: integer division by zero");
   if (count <= 0) return;
   CudaDeviceGuard guard(physical_, logical_);
-  check(cuda_kernels::divide(dtype, inout, count, divisor, stream_), "divide kernel launch");
+  check(cuda_kernels::divide(dtype, inout, count, divisor, lane_for_call().stream), "divide kernel launch");
 }
 
 void CudaBackend::cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, int64_t count) {
   if (count <= 0) return;
   CudaDeviceGuard guard(physical_, logical_);
-  check(cuda_kernels::cast(src_dtype, src, dst_dtype, dst, count, stream_), "cast kernel launch");
+  check(cuda_kernels::cast(src_dtype, src, dst_dtype, dst, count, lane_for_call().stream), "cast kernel launch");
 }
-
-void CudaBackend::synchronize() { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
 }  // namespace mirrored::detail

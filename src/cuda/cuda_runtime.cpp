@@ -8,9 +8,11 @@
 #include <string>
 #include <utility>
 
+#include "collectives/ops_selection.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "gpu/gpu_runtime.hpp"
 #include "gpu/logical_gpus.hpp"
+#include "gpu/on_chip_all_reduce.hpp"
 
 namespace mirrored::detail {
 namespace {
@@ -52,10 +54,13 @@ class CudaGpuRuntime final : public GpuRuntime {
     return reason_.empty() ? std::to_string(count_) + " visible" : reason_;
   }
 
-  DeviceBackend& backend(const Device& device) override { return cuda_backend(device.index()); }
+  CudaBackend& backend(const Device& device) override { return cuda_backend(device.index()); }
+  bool has_nccl() const noexcept override { return nccl_compiled_in(); }
 
   void enter_device(const Device& device) override {
     const int physical = logical_gpu_location(device.index()).first;
+    // After a sticky error the device's context is gone: refuse the run up front.
+    check_gpu_usable(device, physical);
     int current = -1;
     if (cudaGetDevice(&current) == cudaSuccess && current == physical) return;
     const cudaError_t err = cudaSetDevice(physical);
@@ -68,18 +73,18 @@ class CudaGpuRuntime final : public GpuRuntime {
     CudaBackend& from = cuda_backend(src_device);
     from.synchronize();  // the source's contents are final
     CudaDeviceGuard guard(to.physical(), to.device());
+    const cudaStream_t stream = to.stream_for_call();
     if (to.physical() == from.physical()) {
-      to.check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, to.stream()), "cudaMemcpyAsync");
+      to.check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
     } else {
       enable_peer_access(to, from);
-      to.check(cudaMemcpyPeerAsync(dst, to.physical(), src, from.physical(), bytes, to.stream()),
-               "cudaMemcpyPeerAsync");
+      to.check(cudaMemcpyPeerAsync(dst, to.physical(), src, from.physical(), bytes, stream), "cudaMemcpyPeerAsync");
     }
     to.synchronize();  // complete on return, like every copy_between
     return true;
   }
 
-  bool all_reduce_on_chip(ReduceOp op, CollectiveStep& step) override { return on_chip_all_reduce(op, step); }
+  bool all_reduce_on_chip(ReduceOp op, CollectiveStep& step) override { return on_chip_all_reduce(*this, op, step); }
 
  private:
   int count_ = 0;

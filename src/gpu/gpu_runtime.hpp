@@ -1,14 +1,17 @@
 #pragma once
 // Private: the one seam between the device-independent library and a GPU platform. Exactly one
-// `GpuRuntime` serves the process, made on first use by `gpu_runtime()`: the platform's, which
-// CMake selects by source list (src/cuda/cuda_runtime.cpp in a CUDA build, src/gpu/no_gpu.cpp
-// otherwise). The core asks it for GPU backends and for the few things that need the platform;
-// without GPUs it reports none and the core behaves as on CPUs.
+// `GpuRuntime` serves the process, made on first use by `gpu_runtime()`: the simulated GPUs of
+// src/gpu/simulated/ when `MIRRORED_SIMULATED_GPUS` is set (in every build; the platform's runtime
+// is then never made), else the platform's, which CMake selects by source list
+// (src/cuda/cuda_runtime.cpp in a CUDA build, src/gpu/no_gpu.cpp otherwise). The core asks it for
+// GPU backends and for the few things that need the platform; without GPUs it reports none and
+// the core behaves as on CPUs.
 
 #include <cstddef>
 #include <memory>
 #include <string>
 
+#include "gpu/gpu_backend.hpp"
 #include "mirrored/collective_step.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/device.hpp"
@@ -20,7 +23,7 @@ class GpuRuntime {
  public:
   virtual ~GpuRuntime() = default;
 
-  /// The platform, for messages: "CUDA", "none".
+  /// The platform, for messages: "CUDA", "simulated", "none".
   virtual const char* name() const noexcept = 0;
   /// Number of physical GPUs; 0 on any error (never throws).
   virtual int physical_gpu_count() const noexcept = 0;
@@ -29,7 +32,10 @@ class GpuRuntime {
 
   /// The backend of logical GPU `device`, which exists (see logical_gpus.hpp). Made on first use;
   /// it lives as long as the process, so that static tensors can still free their memory.
-  virtual DeviceBackend& backend(const Device& device) = 0;
+  virtual GpuBackend& backend(const Device& device) = 0;
+  /// True when `NcclAllReduce` can run on these GPUs (real GPUs and a build with NCCL); the
+  /// default cross-device ops choose it only then.
+  virtual bool has_nccl() const noexcept = 0;
   /// Makes GPU `device` current on the calling thread (a replica thread, at the start of every
   /// `run`), so that users' own kernels land on it.
   virtual void enter_device(const Device& device) = 0;
@@ -43,7 +49,8 @@ class GpuRuntime {
   virtual bool all_reduce_on_chip(ReduceOp op, CollectiveStep& step) = 0;
 };
 
-/// The process's GPU runtime (made on first use; never destroyed).
+/// The process's GPU runtime (made on first use; never destroyed). \throws InvalidArgumentError
+/// when `MIRRORED_SIMULATED_GPUS` is set to anything but a whole number from 1 to 64.
 GpuRuntime& gpu_runtime();
 
 /// Makes the platform's runtime. Defined by exactly one source that CMake selects.

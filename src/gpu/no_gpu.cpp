@@ -11,7 +11,8 @@ class NoGpuRuntime final : public GpuRuntime {
   const char* name() const noexcept override { return "none"; }
   int physical_gpu_count() const noexcept override { return 0; }
   std::string unavailable_reason() const override { return "this build of mirrored has no CUDA support"; }
-  DeviceBackend& backend(const Device& device) override {
+  bool has_nccl() const noexcept override { return false; }
+  GpuBackend& backend(const Device& device) override {
     throw NotFoundError("Device " + device.to_string() + " not found: " + unavailable_reason());
   }
   void enter_device(const Device&) override {}

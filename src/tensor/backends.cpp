@@ -7,8 +7,58 @@
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"
 #include "tensor/host_backend.hpp"
+#include "util/log.hpp"
 
 namespace mirrored::detail {
+
+// ---------------------------------------------------------------------------------------------
+// Streams and events: what DeviceBackend gives every backend.
+
+namespace {
+// The calling thread's innermost StreamScope (scopes of all backends, innermost first).
+thread_local const DeviceBackend::StreamScope* tl_innermost_scope = nullptr;
+
+// The host backend's event: its work is complete when enqueued.
+class ReachedEvent final : public DeviceEvent {
+ public:
+  bool query() const override { return true; }
+  void synchronize(double) const override {}
+};
+}  // namespace
+
+DeviceBackend::StreamScope::StreamScope(const DeviceBackend& backend, StreamKind kind) noexcept
+    : backend_(&backend), kind_(kind), outer_(tl_innermost_scope) {
+  tl_innermost_scope = this;
+}
+
+DeviceBackend::StreamScope::~StreamScope() { tl_innermost_scope = outer_; }
+
+StreamKind DeviceBackend::current_stream() const noexcept {
+  for (const StreamScope* s = tl_innermost_scope; s; s = s->outer_)
+    if (s->backend_ == this) return s->kind_;
+  return StreamKind::compute;
+}
+
+double default_synchronize_timeout_s() {
+  static const double timeout = env_positive("MIRRORED_COLLECTIVE_TIMEOUT_S", 1800.0);
+  return timeout;
+}
+
+void DeviceBackend::synchronize() { synchronize_for(default_synchronize_timeout_s()); }
+
+std::unique_ptr<DeviceEvent> DeviceBackend::create_event() { return std::make_unique<ReachedEvent>(); }
+
+void DeviceBackend::record_event(DeviceEvent&) {}
+
+void DeviceBackend::wait_event(const DeviceEvent& event) {
+  // Host work runs on the calling thread: "later work waits" means the caller waits now.
+  event.synchronize(default_synchronize_timeout_s());
+}
+
+void DeviceBackend::record_stream_use(const void*, const DeviceBackend&) {}
+
+// ---------------------------------------------------------------------------------------------
+// Which backend serves a device.
 
 DeviceBackend& backend_for(const Device& device) {
   if (device.is_host()) return host_backend();

@@ -138,7 +138,7 @@ class HostBackend final : public DeviceBackend {
     });
   }
 
-  void synchronize() override {}
+  void synchronize_for(double) override {}
 };
 
 }  // namespace

@@ -42,4 +42,23 @@ bool spin_for(Done&& done, std::chrono::microseconds budget) {
   return false;
 }
 
+/// The pauses of a poll that must also meet a deadline (a device query, an NCCL state): a busy poll
+/// at first, then yields, then short sleeps, so a quick completion is seen at once and a long one
+/// costs little CPU.
+class Backoff {
+ public:
+  void pause() {
+    ++rounds_;
+    if (rounds_ < 64) return;
+    if (rounds_ < 256) {
+      std::this_thread::yield();
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rounds_ < 2048 ? 20 : 500));
+  }
+
+ private:
+  int rounds_ = 0;
+};
+
 }  // namespace mirrored::detail

@@ -1,13 +1,18 @@
-// The CUDA backend on physical GPUs: tensors, copies, streams, the caching allocator, errors, and
-// the conformance scenarios (conformance.hpp) compared bit for bit with the host backend's. Built
-// in every configuration; every test skips in SetUp when no GPU is visible.
+// The GPU backend: tensors, copies, streams, the caching allocator, errors, and the conformance
+// scenarios (conformance.hpp) compared bit for bit with the host backend's. Built in every
+// configuration; every test skips in SetUp when no GPU is visible. Under simulated GPUs
+// (MIRRORED_SIMULATED_GPUS) every device-generic test runs against them; the tests of CUDA itself
+// (mirrored::cuda, the allocator's cudaMalloc counts) skip there.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include <mirrored/checkpoint.hpp>
 #include <mirrored/config.hpp>
 #include <mirrored/mirrored.hpp>
 #include "collectives/ops_selection.hpp"
@@ -16,8 +21,15 @@
 #endif
 
 #include "conformance.hpp"
+#include "device_contracts.hpp"
 #include "digits/train.hpp"
+#include "gpu/gpu_runtime.hpp"
+#include "gpu/simulated/sim_backend.hpp"
+#include "gpu/simulated/sim_runtime.hpp"
 #include "harness.hpp"
+#if MIRRORED_HAVE_CUDA
+#include "cuda/cuda_backend.hpp"
+#endif
 
 namespace mirrored {
 namespace {
@@ -32,6 +44,17 @@ class Gpu : public ::testing::Test {
     if (list_logical_devices(DeviceType::GPU).empty()) GTEST_SKIP() << "no GPU visible to this process";
   }
   static int gpus() { return static_cast<int>(list_logical_devices(DeviceType::GPU).size()); }
+};
+
+// Tests of CUDA itself: they skip on simulated GPUs.
+class CudaGpu : public Gpu {
+ protected:
+  void SetUp() override {
+    Gpu::SetUp();
+    if (IsSkipped()) return;
+    if (std::string(detail::gpu_runtime().name()) != "CUDA")
+      GTEST_SKIP() << "needs real CUDA GPUs: the GPUs are " << detail::gpu_runtime().name();
+  }
 };
 
 TEST_F(Gpu, TensorOpsMatchTheHostBackend) {
@@ -74,9 +97,9 @@ TEST_F(Gpu, MixedHostAndGpuReplicasMatchTheHost) {
 TEST_F(Gpu, DefaultStrategyTakesEveryGpu) {
   MirroredStrategy s;
   EXPECT_EQ(s.extended().worker_devices(), list_logical_devices(DeviceType::GPU));
-  // Distinct physical GPUs: NCCL when the build has it.
+  // Distinct physical GPUs: NCCL when it can serve them (a build with NCCL, real GPUs).
   EXPECT_EQ(s.extended().cross_device_ops().name(),
-            detail::nccl_compiled_in() ? "NcclAllReduce" : "ReductionToOneDevice");
+            detail::gpu_runtime().has_nccl() ? "NcclAllReduce" : "ReductionToOneDevice");
 }
 
 TEST_F(Gpu, TrainingOnAGpuGivesTheHostsWeights) {
@@ -101,6 +124,30 @@ TEST_F(Gpu, TrainingOnAGpuGivesTheHostsWeights) {
   EXPECT_GT(gpu.second, 0.85);
 }
 
+TEST_F(Gpu, CopiesAndReductionHelpersAreCompleteOnReturn) {
+  std::vector<Device> devices = {cpu0, Device(DeviceType::GPU, 0)};
+  if (gpus() > 1) devices.push_back(Device(DeviceType::GPU, 1));  // another physical GPU
+  contracts::expect_complete_on_return(devices);
+}
+
+// Saving reads GPU tensors into the file: values computed just before (still queued on the
+// device) must be the ones saved.
+TEST_F(Gpu, CheckpointsOfGpuTensorsHoldTheirValues) {
+  const Device gpu0(DeviceType::GPU, 0);
+  std::vector<int64_t> values(100000);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int64_t>(i) * 3 - 7;
+  const auto x = Tensor<int64_t>::from_vector(values, {int64_t(values.size())}, gpu0) * int64_t{2} + int64_t{1};
+  const auto y = Tensor<float>::full({3, 4}, 0.5f, gpu0) + 2.0f;
+  const std::string path = ::testing::TempDir() + "mirrored_gpu_checkpoint.safetensors";
+  checkpoint::save_tensors(path, {{"x", checkpoint::untyped(x)}, {"y", checkpoint::untyped(y)}});
+  const auto loaded = checkpoint::load(path);
+  std::remove(path.c_str());
+  std::vector<int64_t> expected(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) expected[i] = values[i] * 2 + 1;
+  EXPECT_EQ(loaded.get<int64_t>("x").to_vector(), expected);
+  EXPECT_EQ(loaded.get<float>("y").to_vector(), std::vector<float>(12, 2.5f));
+}
+
 TEST_F(Gpu, ErrorsAreTyped) {
   const Device gpu0(DeviceType::GPU, 0);
   // Far more than any GPU has: the allocator gives up with UnavailableError naming the device.
@@ -116,21 +163,15 @@ TEST_F(Gpu, ErrorsAreTyped) {
   EXPECT_THROW((void)Tensor<float>::zeros({1}, Device(DeviceType::GPU, gpus())), NotFoundError);
 }
 
+// The allocator statistics of a GPU's backend (the CUDA or the simulated one).
+detail::CachingAllocatorStats allocator_stats_of(const Device& d) {
 #if MIRRORED_HAVE_CUDA
-
-TEST_F(Gpu, TensorsLiveInDeviceMemoryOfTheirGpu) {
-  for (int g = 0; g < gpus(); ++g) {
-    const Device d(DeviceType::GPU, g);
-    const auto t = Tensor<double>::full({5}, 1.5, d);
-    cudaPointerAttributes attr{};
-    ASSERT_EQ(cudaPointerGetAttributes(&attr, t.data()), cudaSuccess);
-    EXPECT_EQ(attr.type, cudaMemoryTypeDevice);
-    EXPECT_EQ(attr.device, cuda::physical_device(d));
-    EXPECT_EQ(t.device(), d);
-  }
+  if (std::string(detail::gpu_runtime().name()) == "CUDA") return detail::cuda_backend(d).allocator_stats();
+#endif
+  return detail::simulated_backend(d)->allocator_stats();
 }
 
-TEST_F(Gpu, SteadyStateStepsDoNotCallCudaMalloc) {
+TEST_F(Gpu, SteadyStateStepsDoNotAllocateDeviceMemory) {
   MirroredStrategy s({"GPU:0"});
   const Device d(DeviceType::GPU, 0);
   auto step = [&] {
@@ -142,16 +183,35 @@ TEST_F(Gpu, SteadyStateStepsDoNotCallCudaMalloc) {
     });
   };
   for (int i = 0; i < 3; ++i) step();
-  const auto before = cuda::allocator_stats(d);
+  const auto before = allocator_stats_of(d);
   for (int i = 0; i < 50; ++i) step();
-  const auto after = cuda::allocator_stats(d);
+  const auto after = allocator_stats_of(d);
   EXPECT_EQ(after.device_allocations, before.device_allocations);
   EXPECT_GT(after.cache_hits, before.cache_hits);
-  cuda::empty_cache(d);
-  EXPECT_EQ(cuda::allocator_stats(d).bytes_cached, 0u);
+#if MIRRORED_HAVE_CUDA
+  if (std::string(detail::gpu_runtime().name()) == "CUDA") {
+    EXPECT_EQ(cuda::allocator_stats(d).device_allocations, after.device_allocations);
+    cuda::empty_cache(d);
+    EXPECT_EQ(cuda::allocator_stats(d).bytes_cached, 0u);
+  }
+#endif
 }
 
-TEST_F(Gpu, PinnedAndPageableHostMemoryRoundTrip) {
+#if MIRRORED_HAVE_CUDA
+
+TEST_F(CudaGpu, TensorsLiveInDeviceMemoryOfTheirGpu) {
+  for (int g = 0; g < gpus(); ++g) {
+    const Device d(DeviceType::GPU, g);
+    const auto t = Tensor<double>::full({5}, 1.5, d);
+    cudaPointerAttributes attr{};
+    ASSERT_EQ(cudaPointerGetAttributes(&attr, t.data()), cudaSuccess);
+    EXPECT_EQ(attr.type, cudaMemoryTypeDevice);
+    EXPECT_EQ(attr.device, cuda::physical_device(d));
+    EXPECT_EQ(t.device(), d);
+  }
+}
+
+TEST_F(CudaGpu, PinnedAndPageableHostMemoryRoundTrip) {
   const Device d(DeviceType::GPU, 0);
   auto& be = detail::backend_for(d);
   constexpr std::size_t kBytes = (std::size_t{9} << 20) + 12;  // several staging slots, odd tail
@@ -172,7 +232,7 @@ TEST_F(Gpu, PinnedAndPageableHostMemoryRoundTrip) {
   cudaFreeHost(pinned);
 }
 
-TEST_F(Gpu, RunMakesEachReplicasDeviceCurrentAndGivesItsStream) {
+TEST_F(CudaGpu, RunMakesEachReplicasDeviceCurrentAndGivesItsStream) {
   std::vector<std::string> specs;
   for (int g = 0; g < gpus() && g < 4; ++g) specs.push_back("GPU:" + std::to_string(g));
   MirroredStrategy s(specs);
@@ -195,7 +255,7 @@ TEST_F(Gpu, RunMakesEachReplicasDeviceCurrentAndGivesItsStream) {
   EXPECT_THROW(cuda::stream(Device(DeviceType::CPU, 0)), InvalidArgumentError);
 }
 
-TEST_F(Gpu, UserWorkOnTheReplicaStreamIsOrderedWithTheLibrarys) {
+TEST_F(CudaGpu, UserWorkOnTheReplicaStreamIsOrderedWithTheLibrarys) {
   MirroredStrategy s({"GPU:0"});
   auto out = s.run([] {
     auto x = Tensor<int32_t>::full({1 << 20}, 5, Device(DeviceType::GPU, 0));

@@ -1,6 +1,7 @@
-// NcclAllReduce on distinct physical GPUs (skipped unless the machine has at least two): the
-// default choice, and results equal to the host's bit for bit (the scenarios' inputs make every
-// sum exact in any order).
+// Replicas on distinct physical GPUs (skipped unless the machine has at least two): the default
+// ops and the device-generic ones against host runs (also on simulated GPUs), and NcclAllReduce
+// (real GPUs with NCCL only): the default choice, results equal to the host's bit for bit (the
+// scenarios' inputs make every sum exact in any order), failure and deadline.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include "collectives/ops_selection.hpp"
 
 #include "conformance.hpp"
+#include "gpu/gpu_runtime.hpp"
 #include "harness.hpp"
 
 namespace mirrored {
@@ -22,18 +24,28 @@ namespace {
 using conformance::expect_same;
 using ::testing::HasSubstr;
 
-class Nccl : public ::testing::Test {
+class MultiGpu : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto gpus = list_logical_devices(DeviceType::GPU);
     if (gpus.size() < 2) GTEST_SKIP() << "needs at least two GPUs (" << gpus.size() << " visible)";
-    if (!detail::nccl_compiled_in()) GTEST_SKIP() << "this build has no NCCL";
     for (std::size_t g = 0; g < gpus.size() && g < 4; ++g) {
       gpu_specs_.push_back("GPU:" + std::to_string(g));
       cpu_specs_.push_back("CPU:" + std::to_string(g));
     }
   }
   std::vector<std::string> gpu_specs_, cpu_specs_;
+};
+
+class Nccl : public MultiGpu {
+ protected:
+  void SetUp() override {
+    MultiGpu::SetUp();
+    if (IsSkipped()) return;
+    if (!detail::gpu_runtime().has_nccl())
+      GTEST_SKIP() << "NCCL cannot serve these GPUs (" << detail::gpu_runtime().name() << " runtime, NCCL "
+                   << (detail::nccl_compiled_in() ? "compiled in" : "not compiled in") << ")";
+  }
 };
 
 TEST_F(Nccl, IsTheDefaultForDistinctPhysicalGpus) {
@@ -49,12 +61,17 @@ TEST_F(Nccl, CollectivesMatchTheHost) {
   }
 }
 
-TEST_F(Nccl, ReduceGatherMergeCallAndVariablesMatchTheHost) {
+TEST_F(MultiGpu, DefaultOpsMatchTheHost) {
+  expect_same(conformance::collectives(cpu_specs_), conformance::collectives(gpu_specs_), "collectives");
+  expect_same(conformance::distributed_input(cpu_specs_), conformance::distributed_input(gpu_specs_), "input");
+}
+
+TEST_F(MultiGpu, ReduceGatherMergeCallAndVariablesMatchTheHost) {
   expect_same(conformance::reduce_and_gather(cpu_specs_), conformance::reduce_and_gather(gpu_specs_), "reduce");
   expect_same(conformance::variables(cpu_specs_), conformance::variables(gpu_specs_), "variables");
 }
 
-TEST_F(Nccl, OtherOpsOnPhysicalGpusMatchTheHost) {
+TEST_F(MultiGpu, OtherOpsOnPhysicalGpusMatchTheHost) {
   expect_same(conformance::collectives(cpu_specs_),
               conformance::collectives(gpu_specs_, std::make_shared<ReductionToOneDevice>()), "ReductionToOneDevice");
   expect_same(conformance::ordered_sums(cpu_specs_),
@@ -65,7 +82,7 @@ TEST_F(Nccl, OtherOpsOnPhysicalGpusMatchTheHost) {
   }
 }
 
-TEST_F(Nccl, StrategyStaysUsableAfterAReplicaFails) {
+TEST_F(MultiGpu, StrategyStaysUsableAfterAReplicaFails) {
   MirroredStrategy s(gpu_specs_);
   const auto devices = s.extended().worker_devices();
   auto step = [&](bool fail) {

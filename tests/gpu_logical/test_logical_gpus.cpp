@@ -1,11 +1,13 @@
 // Two and four logical GPUs on physical GPU 0 (config::set_logical_gpu_devices), compared bit
 // for bit with host replicas. This executable splits GPU 0 into four logical GPUs before any test
 // runs (a split can be made once per process, before any GPU use); the tests use the first two
-// or all four. Every test skips in SetUp when no GPU is visible.
+// or all four. Every test skips in SetUp when no GPU is visible. On simulated GPUs
+// (MIRRORED_SIMULATED_GPUS) the checks of CUDA itself (streams, cudaMalloc counts) are left out.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <mirrored/config.hpp>
@@ -16,9 +18,12 @@
 #endif
 
 #include "conformance.hpp"
+#include "device_contracts.hpp"
 #include "digits/train.hpp"
 #include "gpu/gpu_runtime.hpp"
 #include "gpu/logical_gpus.hpp"
+#include "gpu/simulated/sim_backend.hpp"
+#include "gpu/simulated/sim_runtime.hpp"
 #include "harness.hpp"
 
 namespace mirrored {
@@ -29,6 +34,18 @@ using ::testing::HasSubstr;
 using testing::message_of;
 
 constexpr int kSplit = 4;
+
+#if MIRRORED_HAVE_CUDA
+bool real_cuda() { return std::string(detail::gpu_runtime().name()) == "CUDA"; }
+#endif
+
+// Device allocations (cudaMalloc, or the simulated chip's) of a logical GPU's allocator so far.
+unsigned long long device_allocations(const Device& d) {
+#if MIRRORED_HAVE_CUDA
+  if (real_cuda()) return cuda::allocator_stats(d).device_allocations;
+#endif
+  return detail::simulated_backend(d)->allocator_stats().device_allocations;
+}
 
 class SplitGpuZero : public ::testing::Environment {
  public:
@@ -59,6 +76,7 @@ TEST_P(LogicalGpus, AreLogicalGpusOfPhysicalGpuZero) {
             detail::gpu_runtime().physical_gpu_count() + kSplit - 1);
   for (int i = 0; i < kSplit; ++i) EXPECT_EQ(detail::logical_gpu_location(i), std::make_pair(0, i));
 #if MIRRORED_HAVE_CUDA
+  if (!real_cuda()) return;
   std::vector<cudaStream_t> streams;
   for (const auto& g : gpus()) {
     EXPECT_EQ(cuda::physical_device(Device::parse(g)), 0);
@@ -66,6 +84,12 @@ TEST_P(LogicalGpus, AreLogicalGpusOfPhysicalGpuZero) {
   }
   for (std::size_t i = 1; i < streams.size(); ++i) EXPECT_NE(streams[i], streams[0]) << "one stream per logical GPU";
 #endif
+}
+
+TEST_P(LogicalGpus, CopiesAndReductionHelpersAreCompleteOnReturn) {
+  std::vector<Device> devices = {cpu0};
+  for (const auto& g : gpus()) devices.push_back(Device::parse(g));  // logical GPUs of one chip
+  contracts::expect_complete_on_return(devices);
 }
 
 TEST_P(LogicalGpus, ReduceToOneDeviceByDefault) {
@@ -127,8 +151,7 @@ TEST_P(LogicalGpus, NcclRefusesTwoReplicasOnOneChip) {
   EXPECT_EQ(s.run([] { return get_replica_context()->all_reduce(ReduceOp::SUM, 2); })[0], 2 * n());
 }
 
-#if MIRRORED_HAVE_CUDA
-TEST_P(LogicalGpus, SteadyStateCollectivesDoNotCallCudaMalloc) {
+TEST_P(LogicalGpus, SteadyStateCollectivesDoNotAllocateDeviceMemory) {
   MirroredStrategy s(gpus());
   const auto devices = s.extended().worker_devices();
   auto step = [&] {
@@ -140,12 +163,10 @@ TEST_P(LogicalGpus, SteadyStateCollectivesDoNotCallCudaMalloc) {
   };
   for (int i = 0; i < 3; ++i) step();
   std::vector<unsigned long long> before;
-  for (const auto& d : devices) before.push_back(cuda::allocator_stats(d).device_allocations);
+  for (const auto& d : devices) before.push_back(device_allocations(d));
   for (int i = 0; i < 30; ++i) step();
-  for (std::size_t r = 0; r < devices.size(); ++r)
-    EXPECT_EQ(cuda::allocator_stats(devices[r]).device_allocations, before[r]) << devices[r];
+  for (std::size_t r = 0; r < devices.size(); ++r) EXPECT_EQ(device_allocations(devices[r]), before[r]) << devices[r];
 }
-#endif
 
 TEST_P(LogicalGpus, TrainingGivesTheHostsWeights) {
   // Batches, weights and gradients go through the logical GPUs (the model's math is on the host):

@@ -1,5 +1,5 @@
-// The GPU caching allocator's bookkeeping (src/cuda/caching_allocator.hpp), driven by a fake
-// device: runs on every machine, GPU or not.
+// The GPU caching allocator's bookkeeping (src/gpu/caching_allocator.hpp), driven by a fake
+// device with fake streams and events: runs on every machine, GPU or not.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "cuda/caching_allocator.hpp"
+#include "gpu/caching_allocator.hpp"
 #include "harness.hpp"
 
 namespace mirrored {
@@ -18,7 +18,9 @@ namespace {
 using detail::CachingAllocator;
 using ::testing::HasSubstr;
 
-// A device with `capacity` bytes; counts what the allocator asks of it.
+// A device with `capacity` bytes and streams 0, 1, 2, …; counts what the allocator asks of it. A
+// stream's work is "enqueued" (`enqueued[s]`, a count) and "finished" (`finished[s]`) as the test
+// says; an event is a (stream, count) that is reached once that much work has finished.
 struct FakeDevice {
   std::mutex mu;  // like cudaMalloc/cudaFree, the fake is safe to call from several threads
   std::size_t capacity = std::size_t{1} << 30;
@@ -26,9 +28,25 @@ struct FakeDevice {
   int mallocs = 0, frees = 0;
   int size_mismatches = 0;  // frees whose size differs from the allocation (checked on the main thread)
   std::map<void*, std::size_t> blocks;
+  std::map<int, int> enqueued, finished;
+  int events_live = 0, event_waits = 0, stream_waits = 0;
+  bool events_fail = false;  // record_event cannot make one
+  void enqueue(int stream) {
+    std::lock_guard lock(mu);
+    ++enqueued[stream];
+  }
+  void finish_all(int stream) {
+    std::lock_guard lock(mu);
+    finished[stream] = enqueued[stream];
+  }
 };
 
 struct FakePolicy {
+  using Stream = int;
+  struct Event {
+    int stream = -1;
+    int at = 0;
+  };
   FakeDevice* dev;
   void* allocate(std::size_t bytes) {
     std::lock_guard lock(dev->mu);
@@ -48,6 +66,31 @@ struct FakePolicy {
     std::free(p);
   }
   std::string describe() const { return "FAKE:0"; }
+  bool record_event(Stream s, Event& e) noexcept {
+    std::lock_guard lock(dev->mu);
+    if (dev->events_fail) return false;
+    e = Event{s, dev->enqueued[s]};
+    ++dev->events_live;
+    return true;
+  }
+  bool event_reached(const Event& e) noexcept {
+    std::lock_guard lock(dev->mu);
+    return dev->finished[e.stream] >= e.at;
+  }
+  void synchronize_event(const Event& e) noexcept {
+    std::lock_guard lock(dev->mu);
+    ++dev->event_waits;
+    dev->finished[e.stream] = std::max(dev->finished[e.stream], e.at);
+  }
+  void destroy_event(Event&) noexcept {
+    std::lock_guard lock(dev->mu);
+    --dev->events_live;
+  }
+  void synchronize_stream(Stream s) noexcept {
+    std::lock_guard lock(dev->mu);
+    ++dev->stream_waits;
+    dev->finished[s] = dev->enqueued[s];
+  }
 };
 
 using Allocator = CachingAllocator<FakePolicy>;
@@ -187,6 +230,80 @@ TEST(CachingAllocator, ThreadsShareItSafely) {
   EXPECT_EQ(s.bytes_in_use, 0u);
   EXPECT_LE(dev.mallocs, 4 * 7);  // at most one block per class per thread in flight
   EXPECT_EQ(dev.size_mismatches, 0);
+}
+
+// Per-stream pools: a block freed on its own stream is reused at once there (later work is ordered
+// after its last use), never on another stream (whose work is not).
+TEST(CachingAllocator, BlocksAreReusedOnlyOnTheirOwnStream) {
+  FakeDevice dev;
+  Allocator a(FakePolicy{&dev});
+  void* p = a.allocate(4096, 1);
+  dev.enqueue(1);  // work on stream 1 still uses p
+  a.deallocate(p);
+  void* q = a.allocate(4096, 2);
+  EXPECT_NE(q, p) << "stream 2 got a block stream 1 may still be using";
+  EXPECT_EQ(a.allocate(4096, 1), p);  // stream order makes this safe
+  EXPECT_EQ(dev.mallocs, 2);
+}
+
+// PyTorch's record_stream: a block that stream 2 also uses is held back when freed until the
+// event recorded on stream 2 at that moment is reached; blocks without such use are not held.
+TEST(CachingAllocator, ABlockUsedOnAnotherStreamWaitsForThatWork) {
+  FakeDevice dev;
+  Allocator a(FakePolicy{&dev});
+  void* p = a.allocate(4096, 1);
+  a.record_stream(p, 2);
+  a.record_stream(p, 1);     // its own stream: nothing to note
+  a.record_stream(&dev, 2);  // not a block of this allocator: ignored
+  dev.enqueue(2);            // stream 2's work on p is still running
+  a.deallocate(p);
+  EXPECT_EQ(a.stats().blocks_held_back, 1u);
+  EXPECT_EQ(a.stats().bytes_cached, 4096u);
+  void* q = a.allocate(4096, 1);
+  EXPECT_NE(q, p) << "p was handed out again while stream 2 may still write it";
+  dev.enqueue(2);  // later work on stream 2 does not keep p: only what was queued when it was freed
+  dev.finished[2] = 1;
+  void* r = a.allocate(4096, 1);
+  EXPECT_EQ(r, p);
+  EXPECT_EQ(a.stats().blocks_held_back, 0u);
+  EXPECT_EQ(dev.events_live, 0);
+  // Once freed again without use elsewhere, it is reused at once.
+  a.deallocate(r);
+  EXPECT_EQ(a.allocate(4096, 1), p);
+  a.deallocate(q);
+  EXPECT_EQ(dev.size_mismatches, 0);
+}
+
+TEST(CachingAllocator, ReleaseWaitsForHeldBackBlocks) {
+  FakeDevice dev;
+  {
+    Allocator a(FakePolicy{&dev});
+    void* p = a.allocate(1000, 0);
+    a.record_stream(p, 3);
+    dev.enqueue(3);
+    a.deallocate(p);
+    a.release_cached();
+    EXPECT_EQ(dev.event_waits, 1);
+    EXPECT_EQ(dev.frees, 1);
+    EXPECT_EQ(dev.events_live, 0);
+    EXPECT_EQ(a.stats().bytes_cached, 0u);
+    EXPECT_EQ(a.stats().blocks_held_back, 0u);
+  }
+  EXPECT_TRUE(dev.blocks.empty());
+}
+
+// Without an event the allocator waits for the other stream's work before caching the block.
+TEST(CachingAllocator, NoEventMeansWaitingForTheOtherStream) {
+  FakeDevice dev;
+  dev.events_fail = true;
+  Allocator a(FakePolicy{&dev});
+  void* p = a.allocate(1000, 0);
+  a.record_stream(p, 1);
+  dev.enqueue(1);
+  a.deallocate(p);
+  EXPECT_EQ(dev.stream_waits, 1);
+  EXPECT_EQ(dev.finished[1], 1);
+  EXPECT_EQ(a.allocate(1000, 0), p);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "mirrored/device.hpp"
 #include "mirrored/dtype.hpp"
@@ -15,11 +16,53 @@ namespace mirrored::detail {
 /// Element-wise binary operations of the Tensor operators.
 enum class BinaryOp { add, sub, mul, div };
 
-/// Memory, copies and kernels of one device. Work is ordered on the backend's stream; host
-/// backends run it synchronously. Callers call `synchronize()` before the host reads results.
+/// The streams of a device backend. Work enqueued on one stream runs in the order it was
+/// enqueued; work on different streams runs concurrently unless events order it.
+enum class StreamKind : unsigned char {
+  compute,        ///< where every operation goes by default
+  communication,  ///< for collectives that overlap computation (select it with a StreamScope)
+};
+
+/// A marker in a stream's work, like a CUDA event: `DeviceBackend::record_event` places it after
+/// the work enqueued so far on the calling thread's stream, and it is *reached* once that work has
+/// finished. An event that was never recorded counts as reached. Made by
+/// `DeviceBackend::create_event`; may be used from any thread.
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+  /// True when the work before its latest record has finished.
+  virtual bool query() const = 0;
+  /// Blocks until `query()` would be true. \throws DeadlineExceededError after `timeout_s`
+  /// seconds (the work goes on); InternalError when the device failed.
+  virtual void synchronize(double timeout_s) const = 0;
+};
+
+/// Memory, copies and kernels of one device. Work is ordered on the backend's streams (the
+/// compute stream unless a `StreamScope` selects another); host backends run it synchronously.
+/// Callers call `synchronize()` before the host reads results. Host memory an operation takes as
+/// an argument (a fill value, an array of input pointers) is read before it returns.
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
+
+  /// While it lives, this backend's operations called from the constructing thread are enqueued
+  /// on stream `kind` (and memory allocated meanwhile belongs to that stream). Scopes nest; they
+  /// change nothing for other threads or other backends. Destroy it on the constructing thread.
+  class StreamScope {
+   public:
+    StreamScope(const DeviceBackend& backend, StreamKind kind) noexcept;
+    ~StreamScope();
+    StreamScope(const StreamScope&) = delete;
+    StreamScope& operator=(const StreamScope&) = delete;
+
+   private:
+    friend class DeviceBackend;
+    const DeviceBackend* backend_;
+    StreamKind kind_;
+    const StreamScope* outer_;
+  };
+  /// The stream this backend's operations called from the calling thread go to.
+  StreamKind current_stream() const noexcept;
 
   /// Device this backend serves.
   virtual const Device& device() const noexcept = 0;
@@ -29,9 +72,13 @@ class DeviceBackend {
   /// Returns memory obtained from `allocate`.
   virtual void deallocate(void* ptr, std::size_t bytes) noexcept = 0;
 
-  /// Copies from host memory into this device's memory.
+  /// Copies from host memory into this device's memory, ordered on the stream. The source has been
+  /// read when it returns (the caller may reuse or free it at once); the copy into `dst` happens
+  /// in stream order (call `synchronize()` before the host relies on it).
   virtual void copy_from_host(void* dst, const void* src, std::size_t bytes) = 0;
-  /// Copies from this device's memory into host memory; complete when it returns.
+  /// Copies from this device's memory into host memory; complete when it returns. It is *not*
+  /// ordered after work queued on the stream: call `synchronize()` first when such work writes
+  /// `src`.
   virtual void copy_to_host(void* dst, const void* src, std::size_t bytes) = 0;
   /// Copies within this device.
   virtual void copy_within(void* dst, const void* src, std::size_t bytes) = 0;
@@ -60,6 +107,8 @@ class DeviceBackend {
   /// Sets `count` elements of `dst` to `*value` (a host pointer to one element of `dtype`).
   virtual void fill(DType dtype, void* dst, int64_t count, const void* value) = 0;
   /// `out[i] = a[i or 0] op b[i or 0]`; a scalar operand is broadcast (its index is always 0).
+  /// Integer division by zero throws InvalidArgumentError ("div: integer division by zero at
+  /// element i"; a backend with streams waits for the kernel to know).
   virtual void binary(BinaryOp op, DType dtype, const void* a, bool a_scalar, const void* b, bool b_scalar, void* out,
                       int64_t count) = 0;
   /// `out[i] = in[0][i] + in[1][i] + ... + in[n-1][i]`, summed in that order so that results are
@@ -72,9 +121,34 @@ class DeviceBackend {
   virtual void divide(DType dtype, void* inout, int64_t count, int64_t divisor) = 0;
   /// Converts `count` elements from `src_dtype` to `dst_dtype` (as `static_cast` does).
   virtual void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, int64_t count) = 0;
-  /// Blocks until all work enqueued on this backend's stream has finished.
-  virtual void synchronize() = 0;
+
+  /// Blocks until all work enqueued on the calling thread's stream has finished: at most
+  /// `timeout_s` seconds. \throws DeadlineExceededError past it (naming the device; the work goes
+  /// on), InternalError when the device failed.
+  virtual void synchronize_for(double timeout_s) = 0;
+  /// `synchronize_for` the default deadline (`MIRRORED_COLLECTIVE_TIMEOUT_S`, 1800 s).
+  void synchronize();
+
+  /// A new event of this backend (see DeviceEvent). The host backend's is always reached.
+  virtual std::unique_ptr<DeviceEvent> create_event();
+  /// Records `event` (made by this backend) after the work enqueued so far on the calling thread's
+  /// stream, replacing its earlier record. The host backend does nothing: its work is complete.
+  virtual void record_event(DeviceEvent& event);
+  /// Work enqueued on the calling thread's stream after this call starts only once `event` (made by
+  /// any backend of the same platform, e.g. another stream or another GPU) is reached, as its latest
+  /// record before this call stands. Returns at once on a device; the host backend blocks until the
+  /// event is reached (default deadline).
+  virtual void wait_event(const DeviceEvent& event);
+  /// Notes that work enqueued so far on `user`'s stream for the calling thread (`user`: a backend of
+  /// the same platform, this one or another logical GPU of the chip) uses `block`, a block this
+  /// backend allocated: once freed, it is handed out again only after that work has finished
+  /// (CUDA's `record_stream`). Blocks used only on the stream they were allocated for need no
+  /// record. Nothing on the host backend.
+  virtual void record_stream_use(const void* block, const DeviceBackend& user);
 };
+
+/// The deadline of `DeviceBackend::synchronize()` (`MIRRORED_COLLECTIVE_TIMEOUT_S`, default 1800 s).
+double default_synchronize_timeout_s();
 
 /// The backend serving `device`: the host backend for every `CPU:k`, the GPU runtime's for a GPU.
 /// \throws NotFoundError for a GPU that is not visible (none is in a build without CUDA).

@@ -1,8 +1,14 @@
 // NcclAllReduce with NCCL: collectives enqueued by each replica thread on its own stream (or,
 // for batch_all_reduce, every rank's from the calling thread), packed per num_packs, on the
-// communicators of nccl_comms.hpp; every wait is bounded by the collective's deadline, and a
+// communicators of nccl_comms.hpp; every wait is bounded by the collective's one deadline, and a
 // failed or late collective aborts the communicators (the next one creates new ones).
+//
+// A single replica's values are copied, not sent through NCCL, unless MIRRORED_NCCL_SINGLE_RANK=1
+// was set when the NcclAllReduce was made: a test-only switch that sends a single GPU replica
+// through the real NCCL path (a one-rank communicator), so that a machine with one GPU exercises
+// creation, the collectives, abort and re-creation, and the deadline.
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -13,6 +19,7 @@
 #include "collectives/ops_selection.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/nccl/nccl_comms.hpp"
+#include "gpu/gpu_runtime.hpp"
 #include "gpu/logical_gpus.hpp"
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/errors.hpp"
@@ -41,13 +48,27 @@ bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 struct NcclAllReduce::Impl {
   static constexpr double kInitTimeoutS = 120;
+  // MIRRORED_NCCL_SINGLE_RANK=1 (test only, read once when the ops are made): a single replica
+  // goes through a one-rank communicator instead of a plain copy.
+  const bool single_rank = [] {
+    const char* v = std::getenv("MIRRORED_NCCL_SINGLE_RANK");
+    return v && std::string(v) == "1";
+  }();
   std::mutex mu;
   std::shared_ptr<Comms> current;
+
+  // The smallest number of replicas that goes through NCCL.
+  int min_ranks() const noexcept { return single_rank ? 1 : 2; }
 
   // The communicators of these replica GPUs: the current ones, or new ones made by the first
   // replica to get here (the others find them ready).
   std::shared_ptr<Comms> acquire(const std::vector<int>& logical, const std::vector<int>& physical, double timeout_s,
-                                 bool run_aborted) {
+                                 bool run_aborted, const char* what) {
+    // Simulated GPUs (MIRRORED_SIMULATED_GPUS) are not CUDA devices: NCCL cannot serve them.
+    auto& runtime = detail::gpu_runtime();
+    MIRRORED_ENFORCE(runtime.has_nccl(), FailedPreconditionError, "NcclAllReduce::", what, ": NCCL cannot run on ",
+                     runtime.name(), " GPUs (", runtime.unavailable_reason(),
+                     "); use ReductionToOneDevice, the default for them");
     std::lock_guard lock(mu);
     if (current && !current->aborted && current->logical == logical) return current;
     MIRRORED_ENFORCE(!run_aborted, AbortedError, "NcclAllReduce: the run was aborted because another replica failed");
@@ -141,7 +162,7 @@ class RankPacks {
         const ncclResult_t r =
             ncclAllReduce(static_cast<const unsigned char*>(bufs_[p].in) + b * elem,
                           static_cast<unsigned char*>(bufs_[p].out) + b * elem, static_cast<std::size_t>(e - b),
-                          nccl_type(dtype), redop, comm, be_.stream());
+                          nccl_type(dtype), redop, comm, be_.stream_for_call());
         if (r != ncclSuccess && r != ncclInProgress) return r;
       }
     }
@@ -199,7 +220,7 @@ void NcclAllReduce::all_reduce(ReduceOp op, CollectiveStep& step) {
   const int n = step.num_replicas();
   const int me = step.replica();
   const std::size_t leaves = step.inputs(me).size();
-  if (n == 1) {
+  if (n < impl_->min_ranks()) {
     for (std::size_t i = 0; i < leaves; ++i) {
       const auto& in = step.inputs(0)[i];
       const auto& out = step.outputs(0)[i];
@@ -224,7 +245,8 @@ void NcclAllReduce::all_reduce(ReduceOp op, CollectiveStep& step) {
   if (on_gpus.empty()) return;
 
   const std::vector<int> physical = physical_of(home, "all_reduce");
-  std::shared_ptr<Comms> comms = impl_->acquire(home, physical, step.timeout_seconds(), step.aborted());
+  std::shared_ptr<Comms> comms = impl_->acquire(home, physical, step.timeout_seconds(), step.aborted(), "all_reduce");
+  const Limits limits = Limits::from_now(step.timeout_seconds(), &step);  // one deadline for the whole collective
   CudaBackend& be = detail::cuda_backend(home[me]);
   detail::CudaDeviceGuard guard(be.physical(), be.device());
   std::vector<const UntypedTensor*> ins, outs;
@@ -236,10 +258,9 @@ void NcclAllReduce::all_reduce(ReduceOp op, CollectiveStep& step) {
   }
   const auto packs = detail::plan_nccl_packs(described, num_packs_);
   RankPacks rank(be, packs, ins, outs);
-  const Limits limits{step.timeout_seconds(), &step};
   enqueue_group(*comms, {me}, limits, "all_reduce", [&](int, ncclComm_t comm) { return rank.enqueue(op, n, comm); });
   rank.finish(op, n);
-  be.check(cudaEventRecord(comms->done[me], be.stream()), "cudaEventRecord");
+  be.check(cudaEventRecord(comms->done[me], be.stream_for_call()), "cudaEventRecord");
   wait_for_completion(*comms, me, be, limits, "all_reduce");
 }
 
@@ -247,7 +268,7 @@ bool NcclAllReduce::batch_all_reduce(ReduceOp op, const std::vector<std::vector<
                                      const std::vector<Device>& devices,
                                      std::vector<std::vector<UntypedTensor>>& outputs, double timeout_s) {
   const int n = static_cast<int>(devices.size());
-  if (n < 2 || inputs.empty()) return false;
+  if (n < impl_->min_ranks() || inputs.empty()) return false;
   // Only replicas on distinct physical GPUs with every input on its replica's GPU; anything else
   // (host replicas, logical GPUs of one chip, inputs elsewhere) takes the caller's host path.
   std::vector<int> logical, physical;
@@ -262,6 +283,7 @@ bool NcclAllReduce::batch_all_reduce(ReduceOp op, const std::vector<std::vector<
   for (const auto& per_replica : inputs)
     for (int r = 0; r < n; ++r)
       if (per_replica[static_cast<std::size_t>(r)].device() != devices[static_cast<std::size_t>(r)]) return false;
+  if (!detail::gpu_runtime().has_nccl()) return false;  // simulated GPUs: the caller's host path
 
   std::vector<std::vector<UntypedTensor>> out(inputs.size());
   std::vector<std::size_t> leaves;  // non-empty values, reduced through NCCL
@@ -276,7 +298,8 @@ bool NcclAllReduce::batch_all_reduce(ReduceOp op, const std::vector<std::vector<
     described.emplace_back(inputs[i][0].dtype, inputs[i][0].numel);
   }
   if (!leaves.empty()) {
-    std::shared_ptr<Comms> comms = impl_->acquire(logical, physical, timeout_s, false);
+    std::shared_ptr<Comms> comms = impl_->acquire(logical, physical, timeout_s, false, "batch_all_reduce");
+    const Limits limits = Limits::from_now(timeout_s);  // one deadline for the whole collective
     const auto packs = detail::plan_nccl_packs(described, num_packs_);
     std::vector<std::unique_ptr<RankPacks>> ranks;
     for (int r = 0; r < n; ++r) {
@@ -291,14 +314,13 @@ bool NcclAllReduce::batch_all_reduce(ReduceOp op, const std::vector<std::vector<
     }
     std::vector<int> all(static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r) all[static_cast<std::size_t>(r)] = r;
-    const Limits limits{timeout_s};
     enqueue_group(*comms, all, limits, "batch_all_reduce",
                   [&](int r, ncclComm_t comm) { return ranks[static_cast<std::size_t>(r)]->enqueue(op, n, comm); });
     for (int r = 0; r < n; ++r) {
       CudaBackend& be = ranks[static_cast<std::size_t>(r)]->backend();
       detail::CudaDeviceGuard guard(be.physical(), be.device());
       ranks[static_cast<std::size_t>(r)]->finish(op, n);
-      be.check(cudaEventRecord(comms->done[static_cast<std::size_t>(r)], be.stream()), "cudaEventRecord");
+      be.check(cudaEventRecord(comms->done[static_cast<std::size_t>(r)], be.stream_for_call()), "cudaEventRecord");
     }
     for (int r = 0; r < n; ++r)
       wait_for_completion(*comms, r, ranks[static_cast<std::size_t>(r)]->backend(), limits, "batch_all_reduce");
@@ -322,15 +344,17 @@ void NcclAllReduce::all_gather(int axis, CollectiveStep& step) {
       flat.push_back(&step.outputs(r)[i]);
     }
     std::vector<int> home(n, -1);
-    const bool nccl = n > 1 && outs[i].numel > 0 && leaf_on_replica_gpus(flat, 2, home);
+    const bool nccl = n >= impl_->min_ranks() && outs[i].numel > 0 && leaf_on_replica_gpus(flat, 2, home);
     if (!nccl) {
       detail::concat_into(parts, axis, outs[i]);
       continue;
     }
     const std::vector<int> physical = physical_of(home, "all_gather");
-    std::shared_ptr<Comms> comms = impl_->acquire(home, physical, step.timeout_seconds(), step.aborted());
+    std::shared_ptr<Comms> comms = impl_->acquire(home, physical, step.timeout_seconds(), step.aborted(), "all_gather");
+    const Limits limits = Limits::from_now(step.timeout_seconds(), &step);  // one deadline for the whole collective
     CudaBackend& be = detail::cuda_backend(home[me]);
     detail::CudaDeviceGuard guard(be.physical(), be.device());
+    const cudaStream_t stream = be.stream_for_call();
     const UntypedTensor& out = outs[i];
     const DType dtype = out.dtype;
     const std::size_t elem = dtype_size(dtype);
@@ -352,11 +376,10 @@ void NcclAllReduce::all_gather(int axis, CollectiveStep& step) {
       for (int root = 0; root < n; ++root)
         if (outer > 1 && row[root] > 0) staged[root] = detail::make_untyped(dtype, {outer * row[root]}, be.device());
     }
-    const Limits limits{step.timeout_seconds(), &step};
     enqueue_group(*comms, {me}, limits, "all_gather", [&](int, ncclComm_t comm) {
       if (outer == 1 && equal) {
         return ncclAllGather(parts[me]->data(), out.data(), static_cast<std::size_t>(row[me]), nccl_type(dtype), comm,
-                             be.stream());
+                             stream);
       }
       for (int root = 0; root < n; ++root) {
         if (row[root] == 0) continue;
@@ -368,7 +391,7 @@ void NcclAllReduce::all_gather(int axis, CollectiveStep& step) {
         }
         const void* send = root == me ? parts[me]->data() : recv;
         const ncclResult_t r = ncclBroadcast(send, recv, static_cast<std::size_t>(outer * row[root]), nccl_type(dtype),
-                                             root, comm, be.stream());
+                                             root, comm, stream);
         if (r != ncclSuccess && r != ncclInProgress) return r;
       }
       return ncclSuccess;
@@ -381,11 +404,11 @@ void NcclAllReduce::all_gather(int axis, CollectiveStep& step) {
             cudaMemcpy2DAsync(static_cast<unsigned char*>(out.data()) + offset[root] * elem,
                               static_cast<std::size_t>(out_row) * elem, staged[root].data(),
                               static_cast<std::size_t>(row[root]) * elem, static_cast<std::size_t>(row[root]) * elem,
-                              static_cast<std::size_t>(outer), cudaMemcpyDeviceToDevice, be.stream()),
+                              static_cast<std::size_t>(outer), cudaMemcpyDeviceToDevice, stream),
             "cudaMemcpy2DAsync");
       }
     }
-    be.check(cudaEventRecord(comms->done[me], be.stream()), "cudaEventRecord");
+    be.check(cudaEventRecord(comms->done[me], stream), "cudaEventRecord");
     wait_for_completion(*comms, me, be, limits, "all_gather");
   }
 }

@@ -5,30 +5,47 @@
 #include <cstdlib>
 #include <thread>
 
+#include "util/spin.hpp"
+
 namespace mirrored::detail::nccl {
 
 using Clock = std::chrono::steady_clock;
+using Poll = Backoff;
 
 namespace {
 
-// Backs off from a busy poll to short sleeps.
-class Poll {
- public:
-  void pause() {
-    ++spins_;
-    if (spins_ < 64) return;
-    if (spins_ < 256) {
-      std::this_thread::yield();
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(spins_ < 2048 ? 20 : 500));
-  }
-
- private:
-  int spins_ = 0;
+// Every rank lives in this process and is initialised by one thread: connect them during
+// initialisation rather than at the first collective, where a rank that never arrives would
+// leave a half-made connection for ncclCommAbort to interrupt. NCCL reads NCCL_RUNTIME_CONNECT
+// from the environment (its ncclConfig_t has no field for it up to 2.28 at least), and setenv
+// races with getenv on any other thread, so it is set here, while the library is loaded, before
+// main and before any thread of the library exists. A user's setting wins. Should a later NCCL
+// give the configuration a `runtimeConnect` field, create_comms sets that instead.
+template <class Config>
+constexpr bool kConfigHasRuntimeConnect = requires(Config c) {
+  c.runtimeConnect = 0;
 };
 
+// Connects during initialisation through the configuration, where NCCL has the field.
+template <class Config>
+void connect_at_init(Config& config) {
+  if constexpr (kConfigHasRuntimeConnect<Config>) config.runtimeConnect = 0;
+}
+
+[[maybe_unused]] const bool kRuntimeConnectSet = [] {
+  if constexpr (!kConfigHasRuntimeConnect<ncclConfig_t>) (void)::setenv("NCCL_RUNTIME_CONNECT", "0", 0);
+  return true;
+}();
+
 }  // namespace
+
+Limits Limits::from_now(double timeout_s, CollectiveStep* step) {
+  const auto deadline =
+      timeout_s < 1e9
+          ? Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s))
+          : Clock::time_point::max();
+  return Limits{timeout_s, deadline, step};
+}
 
 [[noreturn]] void throw_nccl_error(ncclResult_t r, const char* call, const std::string& where, ncclComm_t comm) {
   std::string message = str_cat("NcclAllReduce: ", call, " failed on ", where, ": ", ncclGetErrorString(r));
@@ -64,15 +81,12 @@ std::shared_ptr<Comms> create_comms(const std::vector<int>& logical, const std::
   c->comms.assign(n, nullptr);
   c->done.assign(n, nullptr);
   const std::string all = str_cat(n, " GPUs");
-  // Every rank lives in this process and is initialised by this thread: connect them during
-  // initialisation rather than at the first collective, where a rank that never arrives would
-  // leave a half-made connection for ncclCommAbort to interrupt. A user's setting wins.
-  (void)setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   ncclUniqueId id;
   ncclResult_t res = ncclGetUniqueId(&id);
   if (res != ncclSuccess) throw_nccl_error(res, "ncclGetUniqueId", all, nullptr);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
+  connect_at_init(config);
   {
     std::unique_lock lock(c->mu);
     for (int r = 0; r < n; ++r) {
@@ -130,11 +144,8 @@ std::shared_ptr<Comms> create_comms(const std::vector<int>& logical, const std::
   return c;
 }
 
-// Waits until rank `me`'s enqueued NCCL work (and what follows it on the stream up to `done`)
-// has finished, within the deadline; aborts the communicators on a timeout, an NCCL error or an
-// aborted run.
 void wait_for_completion(Comms& c, int me, CudaBackend& be, const Limits& limits, const char* what) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(limits.timeout_s);
+  const auto deadline = limits.deadline;
   Poll poll;
   while (true) {
     {
@@ -180,10 +191,8 @@ void wait_for_completion(Comms& c, int me, CudaBackend& be, const Limits& limits
   }
 }
 
-// Waits until rank `me`'s calls of a group are on its stream (a non-blocking communicator may
-// still be connecting when ncclGroupEnd returns).
 void wait_enqueued(Comms& c, int me, const Limits& limits, const char* what) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(limits.timeout_s);
+  const auto deadline = limits.deadline;
   Poll poll;
   while (true) {
     {

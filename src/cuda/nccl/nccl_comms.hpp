@@ -6,6 +6,7 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <shared_mutex>
 #include <string>
@@ -68,21 +69,26 @@ struct Comms {
 std::shared_ptr<Comms> create_comms(const std::vector<int>& logical, const std::vector<int>& physical,
                                     double timeout_s);
 
-// What a wait observes: its deadline, and for a replica-context collective the run's abort signal
-// (another replica failed). A cross-replica call has no step.
+// What a collective's waits observe: its one deadline (enqueueing and completion share it; it
+// counts from when the communicators are ready, their creation having a bound of its own), and for
+// a replica-context collective the run's abort signal (another replica failed). A cross-replica
+// call has no step.
 struct Limits {
   double timeout_s;
+  std::chrono::steady_clock::time_point deadline;
   CollectiveStep* step = nullptr;
+  /// Limits whose deadline is `timeout_s` from now.
+  static Limits from_now(double timeout_s, CollectiveStep* step = nullptr);
   bool aborted() const { return step && step->aborted(); }
 };
 
 // Waits until rank `me`'s enqueued NCCL work (and what follows it on the stream up to `done`)
-// has finished, within the deadline; aborts the communicators on a timeout, an NCCL error or an
-// aborted run.
+// has finished, by the collective's deadline; aborts the communicators on a timeout, an NCCL
+// error or an aborted run.
 void wait_for_completion(Comms& c, int me, CudaBackend& be, const Limits& limits, const char* what);
 
 // Waits until rank `me`'s calls of a group are on its stream (a non-blocking communicator may
-// still be connecting when ncclGroupEnd returns).
+// still be connecting when ncclGroupEnd returns), by the collective's deadline.
 void wait_enqueued(Comms& c, int me, const Limits& limits, const char* what);
 
 // Runs `enqueue(rank, comm)` for each rank of `ranks` inside one NCCL group (one rank per
