@@ -18,6 +18,10 @@
 
 namespace mirrored {
 
+namespace detail {
+inline int local_replica_index(const ReplicaContext& ctx) noexcept;
+}  // namespace detail
+
 /// The context of one replica inside `Strategy::run` (or the default replica context outside any
 /// scope). Valid only on the thread and during the `run` it belongs to.
 class ReplicaContext {
@@ -25,8 +29,12 @@ class ReplicaContext {
   ReplicaContext(const ReplicaContext&) = delete;
   ReplicaContext& operator=(const ReplicaContext&) = delete;
 
-  /// This replica's index, 0 … num_replicas_in_sync()-1.
-  int replica_id_in_sync_group() const noexcept { return replica_id_; }
+  /// This replica's index, 0 … num_replicas_in_sync()-1 (with several workers: global, this
+  /// worker's replicas after those of the workers before it in rank order).
+  int replica_id_in_sync_group() const noexcept {
+    return strategy_->extended().worker_index() * static_cast<int>(strategy_->extended().worker_devices().size()) +
+           replica_id_;
+  }
   int num_replicas_in_sync() const noexcept { return strategy_->num_replicas_in_sync(); }
   Strategy& strategy() const noexcept { return *strategy_; }
 
@@ -55,12 +63,15 @@ class ReplicaContext {
   /// Pauses all replicas and calls `merge_fn(strategy, PerReplica<Args>...)` once, on replica
   /// 0's thread, in cross-replica context; every replica receives the result (its own component
   /// when the result is a `PerReplica`/`Mirrored`). An exception from `merge_fn` surfaces from
-  /// `run` with its type. Same synchronisation errors as `all_reduce`.
+  /// `run` with its type. Same synchronisation errors as `all_reduce`. With several workers (as
+  /// in TF) `merge_fn` runs once per worker, on that worker's replicas' values; what it calls on
+  /// the strategy (`reduce`, `gather`, `extended().batch_reduce_to`, …) spans every worker.
   template <class Fn, class... Args>
   auto merge_call(Fn&& merge_fn, const Args&... args);
 
  private:
   friend class Strategy;
+  friend int detail::local_replica_index(const ReplicaContext& ctx) noexcept;
   ReplicaContext(Strategy& strategy, int replica_id) : strategy_(&strategy), replica_id_(replica_id) {}
 
   // Throws FailedPreconditionError unless the calling thread is inside this context's run.
@@ -79,8 +90,14 @@ class ReplicaContext {
   void merge_flat(const void* payload, MergeFn run_merge, void* merge_ctx, TakeFn take, void* take_ctx);
 
   Strategy* strategy_;
-  int replica_id_;
+  int replica_id_;  // among this process's replicas
 };
+
+namespace detail {
+/// The index of `ctx`'s replica among this process's replicas (its component of distributed
+/// values and variables); equals `replica_id_in_sync_group()` with one worker.
+inline int local_replica_index(const ReplicaContext& ctx) noexcept { return ctx.replica_id_; }
+}  // namespace detail
 
 template <class V>
 V ReplicaContext::all_reduce(ReduceOp op, const V& value, const CommunicationOptions& options) {

@@ -3,6 +3,7 @@
 #include "collectives/collective_helpers.hpp"
 #include "runtime/default_strategy.hpp"
 #include "runtime/strategy_runtime.hpp"
+#include "runtime/worker_stage.hpp"
 #include "util/exceptions.hpp"
 
 namespace mirrored {
@@ -91,11 +92,15 @@ void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::Unty
                    "CommunicationOptions::bytes_per_pack must be >= 0, got ", options.bytes_per_pack);
   const CollectiveStep::Buffers mine{&in, &out, &structure};
   CrossDeviceOps& ops = *strategy_->cross_device_ops_;
-  const int n = num_replicas_in_sync();
+  detail::WorkerStage* workers = strategy_->rt_->workers.get();
+  const int n = strategy_->rt_->group.size();  // this process's replicas
   if (n == 1) {
     CollectiveStep solo(mine, t);
     solo.set_bytes_per_pack(options.bytes_per_pack);
-    ops.all_reduce(op, solo);
+    if (workers)
+      workers->all_reduce(op, ops, solo, nullptr);
+    else
+      ops.all_reduce(op, solo);
     return;
   }
   auto& group = strategy_->rt_->group;
@@ -104,7 +109,10 @@ void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::Unty
     validate_all_reduce(n, group);
     CollectiveStep step(group, replica_id_, t);
     step.set_bytes_per_pack(options.bytes_per_pack);
-    ops.all_reduce(op, step);
+    if (workers)
+      workers->all_reduce(op, ops, step, &group);
+    else
+      ops.all_reduce(op, step);
     step.sync();  // nobody's buffers go away while another replica still reads them
   });
 }
@@ -117,7 +125,13 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
   outs.reserve(1);
   const CollectiveStep::Buffers mine{&ins, &outs, nullptr};
   CrossDeviceOps& ops = *strategy_->cross_device_ops_;
-  const int n = num_replicas_in_sync();
+  detail::WorkerStage* workers = strategy_->rt_->workers.get();
+  const int n = strategy_->rt_->group.size();  // this process's replicas
+  if (n == 1 && workers) {
+    CollectiveStep solo(mine, t);
+    workers->all_gather(axis, ops, solo, nullptr, outs);
+    return outs;
+  }
   if (n == 1) {
     int a = axis;
     outs.push_back(detail::make_untyped(in.dtype, detail::concat_shape("all_gather", {&in.shape}, a), in.device()));
@@ -128,6 +142,12 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
   auto& group = strategy_->rt_->group;
   group.join(replica_id_, detail::CollectiveKind::all_gather, &mine, t);
   inside_collective(group, replica_id_, [&] {
+    if (workers) {
+      CollectiveStep step(group, replica_id_, t);
+      workers->all_gather(axis, ops, step, &group, outs);
+      step.sync();
+      return;
+    }
     std::vector<const Shape*> shapes;
     for (int r = 0; r < n; ++r)
       shapes.push_back(&(*static_cast<const CollectiveStep::Buffers*>(group.payload(r))->inputs)[0].shape);
@@ -142,7 +162,7 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
 }
 
 void ReplicaContext::merge_flat(const void* payload, MergeFn run_merge, void* merge_ctx, TakeFn take, void* take_ctx) {
-  const int n = num_replicas_in_sync();
+  const int n = strategy_->rt_->group.size();  // this process's replicas (merge_fn runs per worker)
   if (n == 1) {
     {
       MergeScope cross(*strategy_);
