@@ -1,0 +1,65 @@
+#pragma once
+// Private: the cross-worker stage of MultiWorkerMirroredStrategy (the runtime's WorkerStage):
+// hierarchical collectives over the job's transport. In replica context, local replica 0 (the
+// "leader") does the cross-worker part while the others wait: local reduction first (the
+// strategy's CrossDeviceOps), then the workers' results are combined through the transport, then
+// the local replicas copy the leader's result. Every cross-worker call starts by checking that
+// all workers make the same call with the same dtypes and shapes (a 16-byte exchange; the full
+// descriptions only when they differ).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cluster/coordinator.hpp"
+#include "runtime/worker_stage.hpp"
+
+namespace mirrored::detail::cluster {
+
+class MultiWorkerRuntime : public WorkerStage {
+ public:
+  /// Joins the job (see Coordinator). `allow_shared_memory`: false forces the TCP transport.
+  MultiWorkerRuntime(const ClusterLayout& layout, double timeout_s, int local_replicas, std::string device_kind,
+                     bool allow_shared_memory);
+  ~MultiWorkerRuntime() override;
+
+  int num_workers() const noexcept override { return num_workers_; }
+  int worker_index() const noexcept override { return rank_; }
+
+  void all_reduce(ReduceOp op, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group) override;
+  void all_gather(int axis, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group,
+                  std::vector<UntypedTensor>& outs) override;
+  void agree(const std::string& op, const std::string& signature, double timeout_s) override;
+  void sum(std::vector<UntypedTensor>& tensors, std::vector<int64_t>& counts, double timeout_s) override;
+  UntypedTensor gather(const std::vector<UntypedTensor>& local_parts, int axis, double timeout_s) override;
+  void broadcast(UntypedTensor& value, double timeout_s) override;
+
+  /// Leaves the job (goodbye and shutdown barrier); later calls fail. Idempotent.
+  void shutdown();
+
+  /// Seconds a local replica waits for its leader beyond the collective timeout: the leader's
+  /// own cross-worker wait is bounded by the timeout, and its error (naming the worker at fault)
+  /// should be the one `run` reports.
+  static constexpr double kLeaderGraceSeconds = 10.0;
+
+ private:
+  Coordinator& coordinator();
+  // Inside a collective: every worker passes `op` and `signature`; throws when they differ.
+  void check_same_call(const std::string& op, const std::string& signature, Coordinator::Clock::time_point deadline);
+  // Every worker's shapes of `local` (one per local replica, equal ranks checked by the caller's
+  // signature), in global replica order.
+  std::vector<Shape> exchange_shapes(const std::vector<const Shape*>& local, std::size_t rank,
+                                     Coordinator::Clock::time_point deadline);
+  // out = concatenation along `axis` of every worker's `local_concat` (global shapes `shapes`).
+  void gather_across(const UntypedTensor& local_concat, const std::vector<Shape>& shapes, int local_replicas, int axis,
+                     const UntypedTensor& out, Coordinator::Clock::time_point deadline);
+  // Sums `srcs[i]` of every worker into `dsts[i]` (host or device), packed per dtype run.
+  void sum_across(const std::vector<UntypedTensor>& srcs, const std::vector<UntypedTensor>& dsts,
+                  int64_t bytes_per_pack, Coordinator::Clock::time_point deadline);
+
+  int num_workers_;
+  int rank_;
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+}  // namespace mirrored::detail::cluster
