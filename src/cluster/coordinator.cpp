@@ -22,6 +22,8 @@ constexpr double kMonitorPollSeconds = 0.25;
 constexpr double kCauseWaitSeconds = 1.0;
 // A worker whose monitor has not polled the chief's store for this long is reported as stopped.
 constexpr double kStaleSeconds = 2.0;
+// How much longer the chief waits for the workers at start-up than they wait for each other.
+constexpr double kChiefStartupGraceSeconds = 2.0;
 
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
@@ -173,7 +175,16 @@ void Coordinator::meet(Clock::time_point deadline, int local_replicas, const std
 
   std::vector<std::string> keys;
   for (int w = 0; w < num_workers(); ++w) keys.push_back(prefix_ + "join/" + std::to_string(w));
-  const auto missing = store_->wait(keys, net::seconds_until(deadline));
+  // The chief waits a little longer than the others, so that they (whose store it serves) report
+  // a missing worker themselves before it gives up and its store goes away.
+  const double grace = rank() == 0 && tcp_ ? kChiefStartupGraceSeconds : 0.0;
+  std::vector<std::string> missing;
+  try {
+    missing = store_->wait(keys, net::seconds_until(deadline) + grace);
+  } catch (const UnavailableError& e) {
+    throw UnavailableError(str_cat("MultiWorkerMirroredStrategy: ", name(0),
+                                   " went away while the workers were starting up: ", e.what()));
+  }
   if (!missing.empty()) {
     std::string who;
     for (const auto& key : missing) {
@@ -260,11 +271,34 @@ void Coordinator::monitor_loop() {
 }
 
 void Coordinator::fail_locally(const FailureNotice& notice) {
+  std::function<void()> also;
   {
     std::lock_guard lock(mu_);
-    if (!failure_) failure_ = notice;
+    if (!failure_) {
+      failure_ = notice;
+      also = on_failure_;
+    }
   }
   if (transport_) transport_->interrupt();
+  if (also) also();
+}
+
+FailureNotice Coordinator::fail(FailureNotice notice) {
+  {
+    std::lock_guard lock(mu_);
+    if (failure_) return *failure_;
+  }
+  try {
+    if (!store_->set_if_absent(failure_key(prefix_), encode_failure(notice))) {
+      if (auto first = published_failure(0)) notice = *first;
+    }
+  } catch (const std::exception&) {
+    // The store is gone as well; this worker reports what it saw.
+  }
+  fail_locally(notice);
+  std::lock_guard lock(mu_);
+  failure_reported_ = true;
+  return *failure_;
 }
 
 std::optional<FailureNotice> Coordinator::published_failure(double wait_s) {
@@ -336,6 +370,9 @@ void Coordinator::collective(const char* what, double timeout_s, const std::func
   } catch (const TransportError& e) {
     in_flight_.store(0);
     fail_collective(what, deadline, timeout_s, e);
+  } catch (...) {
+    in_flight_.store(0);  // a usage error every worker raised alike (the transport is fine)
+    throw;
   }
   in_flight_.store(0);
 }

@@ -77,6 +77,21 @@ class Coordinator {
   /// Number of collectives made so far.
   int64_t collectives() const noexcept { return seq_.load(); }
 
+  /// Also called (from any thread, once) when the job fails, after the transport is interrupted:
+  /// for other communication that must stop too (the NCCL communicators). Set before use.
+  void on_failure(std::function<void()> fn) {
+    std::lock_guard lock(mu_);
+    on_failure_ = std::move(fn);
+  }
+  /// Fails the job from outside a `collective` (a failure of the GPU path): publishes `notice`
+  /// unless another failure came first, and returns the job's failure.
+  FailureNotice fail(FailureNotice notice);
+  /// The job's failure as this worker knows it, if any.
+  std::optional<FailureNotice> failure() {
+    std::lock_guard lock(mu_);
+    return failure_;
+  }
+
  private:
   void start_store(double timeout_s);
   void meet(Clock::time_point deadline, int local_replicas, const std::string& device_kind);
@@ -109,6 +124,7 @@ class Coordinator {
   std::optional<FailureNotice> failure_;           // this worker's view of the job's first failure
   bool failure_reported_ = false;                  // a collective already threw it
   std::vector<std::pair<int, int64_t>> departed_;  // (rank, collectives) of workers that left
+  std::function<void()> on_failure_;
   std::thread monitor_;
 };
 

@@ -38,16 +38,58 @@ void divide_all(const std::vector<UntypedTensor>& outs, int64_t n) {
 
 }  // namespace
 
-MultiWorkerRuntime::MultiWorkerRuntime(const ClusterLayout& layout, double timeout_s, int local_replicas,
-                                       std::string device_kind, bool allow_shared_memory)
-    : num_workers_(layout.num_workers),
-      rank_(layout.rank),
-      coordinator_(std::make_unique<Coordinator>(layout, timeout_s, local_replicas, std::move(device_kind),
-                                                 allow_shared_memory)) {}
+MultiWorkerRuntime::MultiWorkerRuntime(const ClusterLayout& layout, double timeout_s, const std::vector<Device>& local,
+                                       CommunicationImplementation implementation)
+    : num_workers_(layout.num_workers), rank_(layout.rank) {
+  const bool ring = implementation == CommunicationImplementation::RING;
+  coordinator_ = std::make_unique<Coordinator>(layout, timeout_s, static_cast<int>(local.size()),
+                                               local.at(0).is_host() ? "CPU" : "GPU", !ring);
+  // The GPU path needs every worker: all of them say whether they can take part.
+  Coordinator& c = *coordinator_;
+  const std::string key = c.prefix() + "nccl/possible/";
+  c.store().set(key + std::to_string(rank_), !ring && nccl_world_possible(local) ? "1" : "0");
+  std::vector<std::string> keys;
+  for (int w = 0; w < num_workers_; ++w) keys.push_back(key + std::to_string(w));
+  MIRRORED_ENFORCE(c.store().wait(keys, timeout_s).empty(), DeadlineExceededError,
+                   "MultiWorkerMirroredStrategy: the workers did not agree on their GPU path within ", timeout_s, " s");
+  bool all = true;
+  for (const auto& k : keys) all = all && c.store().get(k, 0).value_or("0") == "1";
+  MIRRORED_ENFORCE(all || implementation != CommunicationImplementation::NCCL, InvalidArgumentError,
+                   "MultiWorkerMirroredStrategy: CommunicationImplementation::NCCL needs every worker's replicas on "
+                   "distinct physical GPUs and a build with NCCL");
+  if (all) {
+    world_ = make_nccl_world_all_reduce(local, rank_, num_workers_, c.store(), c.prefix(), timeout_s);
+    c.on_failure([w = world_.get()] { w->abort(); });
+  }
+}
 
-MultiWorkerRuntime::~MultiWorkerRuntime() = default;
+MultiWorkerRuntime::~MultiWorkerRuntime() { shutdown(); }
 
-void MultiWorkerRuntime::shutdown() { coordinator_.reset(); }
+void MultiWorkerRuntime::shutdown() {
+  coordinator_.reset();
+  world_.reset();
+}
+
+void MultiWorkerRuntime::rethrow_gpu_failure(const char* what) {
+  try {
+    throw;
+  } catch (const AbortedError&) {
+    // Aborted because the job failed elsewhere: report the job's cause.
+    if (coordinator_) {
+      if (auto f = coordinator_->failure()) {
+        FailureNotice n = *f;
+        n.message = str_cat("MultiWorkerMirroredStrategy: ", what, ": ", n.message);
+        throw_failure(n);
+      }
+    }
+    throw;
+  } catch (const Error& e) {
+    if (!coordinator_) throw;
+    FailureNotice n = coordinator_->fail({static_cast<int>(e.code()), e.what()});
+    n.message = str_cat("MultiWorkerMirroredStrategy: ", what, ": ", n.message);
+    throw_failure(n);
+  }
+}
 
 Coordinator& MultiWorkerRuntime::coordinator() {
   MIRRORED_ENFORCE(coordinator_, FailedPreconditionError,
@@ -138,6 +180,22 @@ void MultiWorkerRuntime::all_reduce(ReduceOp op, CrossDeviceOps& local, Collecti
   const int me = step.replica();
   const int n = step.num_replicas();
   const double t = step.timeout_seconds();
+  if (world_ && world_->covers(step)) {
+    // GPU replicas: one NCCL all-reduce over every GPU of every worker, after the same check.
+    if (me == 0) {
+      const std::string signature =
+          str_cat(op == ReduceOp::SUM ? "SUM of " : "MEAN of ", describe_leaves(step.inputs(0)));
+      coordinator().collective("all_reduce", t, [&](Deadline d) { check_same_call("all_reduce", signature, d); });
+    }
+    if (group) group->sync(me, t + kLeaderGraceSeconds);
+    try {
+      world_->all_reduce_sum(step);
+    } catch (const Error&) {
+      rethrow_gpu_failure("all_reduce across workers (NCCL)");
+    }
+    if (op == ReduceOp::MEAN) divide_all(step.outputs(me), static_cast<int64_t>(n) * num_workers_);
+    return;
+  }
   if (n > 1) {
     // Every local replica's outputs hold the local sum once all of them are through.
     local.all_reduce(ReduceOp::SUM, step);

@@ -12,15 +12,20 @@
 #include <vector>
 
 #include "cluster/coordinator.hpp"
+#include "cluster/world_all_reduce.hpp"
+#include "mirrored/communication_options.hpp"
 #include "runtime/worker_stage.hpp"
 
 namespace mirrored::detail::cluster {
 
 class MultiWorkerRuntime : public WorkerStage {
  public:
-  /// Joins the job (see Coordinator). `allow_shared_memory`: false forces the TCP transport.
-  MultiWorkerRuntime(const ClusterLayout& layout, double timeout_s, int local_replicas, std::string device_kind,
-                     bool allow_shared_memory);
+  /// Joins the job (see Coordinator) with this worker's replicas on `local`. `implementation`:
+  /// RING forces Gloo over TCP between workers (no shared memory, no NCCL); AUTO and NCCL use
+  /// one NCCL communicator over every worker's GPUs when every worker's replicas are distinct
+  /// physical GPUs and the build has NCCL, shared memory between workers of one host, else Gloo.
+  MultiWorkerRuntime(const ClusterLayout& layout, double timeout_s, const std::vector<Device>& local,
+                     CommunicationImplementation implementation);
   ~MultiWorkerRuntime() override;
 
   int num_workers() const noexcept override { return num_workers_; }
@@ -57,8 +62,13 @@ class MultiWorkerRuntime : public WorkerStage {
   void sum_across(const std::vector<UntypedTensor>& srcs, const std::vector<UntypedTensor>& dsts,
                   int64_t bytes_per_pack, Coordinator::Clock::time_point deadline);
 
+  // The job's failure, if it failed (for errors of the GPU path, which runs outside the
+  // coordinator's collectives).
+  [[noreturn]] void rethrow_gpu_failure(const char* what);
+
   int num_workers_;
   int rank_;
+  std::unique_ptr<WorldAllReduce> world_;  // destroyed after the coordinator, which may abort it
   std::unique_ptr<Coordinator> coordinator_;
 };
 

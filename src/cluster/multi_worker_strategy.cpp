@@ -76,10 +76,8 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(detail::cluster::MultiW
   start_replica_threads();
   const auto& layout = setup.layout;
   if (layout.num_workers > 1) {
-    runtime_ = std::make_shared<detail::cluster::MultiWorkerRuntime>(
-        layout, extended().collective_timeout_seconds(), static_cast<int>(extended().worker_devices().size()),
-        extended().worker_devices()[0].is_host() ? "CPU" : "GPU",
-        /*allow_shared_memory=*/o.implementation != CommunicationImplementation::RING);
+    runtime_ = std::make_shared<detail::cluster::MultiWorkerRuntime>(layout, extended().collective_timeout_seconds(),
+                                                                     extended().worker_devices(), o.implementation);
     attach_workers(runtime_);
   }
   std::string devices;
