@@ -171,6 +171,10 @@ class StrategyExtended {
   std::vector<std::vector<detail::UntypedTensor>> batch_reduce_onto(
       ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
       const std::vector<std::vector<Device>>& destinations, const CommunicationOptions& options);
+  // batch_reduce_onto's work (which fails the multi-worker job when it throws alone).
+  std::vector<std::vector<detail::UntypedTensor>> batch_reduce_to_devices(
+      ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
+      const std::vector<std::vector<Device>>& destinations, const CommunicationOptions& options);
   void require_cross_replica(const char* method) const;
   Strategy& s_;
 };
@@ -287,6 +291,8 @@ class Strategy {
 
   std::vector<detail::UntypedTensor> reduce_flat(ReduceOp op, std::vector<std::vector<detail::UntypedTensor>>& leaves,
                                                  const std::vector<std::string>& structures, std::optional<int> axis);
+  std::vector<detail::UntypedTensor> reduce_leaves(ReduceOp op, std::vector<std::vector<detail::UntypedTensor>>& leaves,
+                                                   const std::vector<std::string>& structures, std::optional<int> axis);
   detail::UntypedTensor gather_flat(const std::vector<detail::UntypedTensor>& parts, int axis) const;
 
   std::vector<Device> devices_;  // this process's replicas

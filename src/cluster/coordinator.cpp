@@ -22,6 +22,8 @@ constexpr double kMonitorPollSeconds = 0.25;
 constexpr double kCauseWaitSeconds = 1.0;
 // A worker whose monitor has not polled the chief's store for this long is reported as stopped.
 constexpr double kStaleSeconds = 2.0;
+// After a failure, how long the chief keeps serving the store for the others at most.
+constexpr double kFailureLingerSeconds = 10.0;
 // How much longer the chief waits for the workers at start-up than they wait for each other.
 constexpr double kChiefStartupGraceSeconds = 2.0;
 
@@ -182,8 +184,8 @@ void Coordinator::meet(Clock::time_point deadline, int local_replicas, const std
   try {
     missing = store_->wait(keys, net::seconds_until(deadline) + grace);
   } catch (const UnavailableError& e) {
-    throw UnavailableError(str_cat("MultiWorkerMirroredStrategy: ", name(0),
-                                   " went away while the workers were starting up: ", e.what()));
+    throw UnavailableError(
+        str_cat("MultiWorkerMirroredStrategy: ", name(0), " went away while the workers were starting up: ", e.what()));
   }
   if (!missing.empty()) {
     std::string who;
@@ -447,6 +449,15 @@ void Coordinator::shutdown() noexcept {
       }
     } catch (const std::exception& e) {
       MIRRORED_LOG(warn, "MultiWorkerMirroredStrategy: ", name(rank()), " could not say goodbye: ", e.what());
+    }
+  } else if (server_ && tcp_) {
+    // After a failure the chief's store still tells the others its cause: it stays until they
+    // have gone (their processes exit or their strategies are destroyed), for a while at most.
+    monitor_store_.reset();
+    try {
+      tcp_->wait_all_gone(kFailureLingerSeconds);
+    } catch (const std::exception&) {
+      // Best effort.
     }
   }
   transport_.reset();

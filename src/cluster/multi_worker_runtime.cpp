@@ -7,11 +7,32 @@
 #include "collectives/packing.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"
+#include "util/exceptions.hpp"
 
 namespace mirrored::detail::cluster {
 namespace {
 
 using Deadline = Coordinator::Clock::time_point;
+
+// Errors every worker raises together, from the same exchanged data: the job stays usable.
+class WorkersInvalidArgument : public InvalidArgumentError {
+ public:
+  using InvalidArgumentError::InvalidArgumentError;
+};
+class WorkersFailedPrecondition : public FailedPreconditionError {
+ public:
+  using FailedPreconditionError::FailedPreconditionError;
+};
+
+// A shape check on every worker's shapes: all workers reach the same verdict.
+template <class Fn>
+auto together(Fn fn) {
+  try {
+    return fn();
+  } catch (const InvalidArgumentError& e) {
+    throw WorkersInvalidArgument(e.what());
+  }
+}
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
@@ -68,6 +89,23 @@ MultiWorkerRuntime::~MultiWorkerRuntime() { shutdown(); }
 void MultiWorkerRuntime::shutdown() {
   coordinator_.reset();
   world_.reset();
+}
+
+void MultiWorkerRuntime::local_failure(const std::exception_ptr& error) noexcept {
+  if (!coordinator_ || !error) return;
+  try {
+    std::rethrow_exception(error);
+  } catch (const WorkersInvalidArgument&) {
+    return;
+  } catch (const WorkersFailedPrecondition&) {
+    return;
+  } catch (...) {
+  }
+  if (coordinator_->failure()) return;  // the job failed already; this error is a consequence
+  coordinator_->fail(
+      {static_cast<int>(ErrorCode::ABORTED),
+       str_cat(coordinator_->name(rank_),
+               " failed outside the workers' collectives, so the job was aborted: ", describe_exception(error))});
 }
 
 void MultiWorkerRuntime::rethrow_gpu_failure(const char* what) {
@@ -133,11 +171,11 @@ void MultiWorkerRuntime::check_same_call(const std::string& op, const std::strin
     const std::string message =
         str_cat("MultiWorkerMirroredStrategy: ", c.name(0), " called ", a, " but ", c.name(w), " called ", b);
     if (op_a != op_b) {
-      throw FailedPreconditionError(message +
-                                    " (some workers made a different number of collective calls, or made them in a "
-                                    "different order)");
+      throw WorkersFailedPrecondition(message +
+                                      " (some workers made a different number of collective calls, or made them in "
+                                      "a different order)");
     }
-    throw InvalidArgumentError(message);
+    throw WorkersInvalidArgument(message);
   }
 }
 
@@ -305,7 +343,7 @@ void MultiWorkerRuntime::all_gather(int axis, CrossDeviceOps& /*local*/, Collect
       std::vector<const Shape*> ptrs;
       for (const auto& s : shapes) ptrs.push_back(&s);
       int a = axis;
-      const Shape global = concat_shape("all_gather", ptrs, a);
+      const Shape global = together([&] { return concat_shape("all_gather", ptrs, a); });
       UntypedTensor local_concat = make_untyped(first.dtype, local_shape, cpu0);
       concat_into(local_parts, a, local_concat);
       outs.push_back(make_untyped(in.dtype, global, in.device()));
@@ -349,7 +387,7 @@ UntypedTensor MultiWorkerRuntime::gather(const std::vector<UntypedTensor>& local
     std::vector<const Shape*> ptrs;
     for (const auto& s : shapes) ptrs.push_back(&s);
     int a = axis;
-    const Shape global = concat_shape("gather", ptrs, a);
+    const Shape global = together([&] { return concat_shape("gather", ptrs, a); });
     UntypedTensor local_concat = make_untyped(first.dtype, local_shape, cpu0);
     concat_into(ptrs_local, a, local_concat);
     out = make_untyped(first.dtype, global, cpu0);

@@ -38,6 +38,7 @@ class MultiWorkerRuntime : public WorkerStage {
   void sum(std::vector<UntypedTensor>& tensors, std::vector<int64_t>& counts, double timeout_s) override;
   UntypedTensor gather(const std::vector<UntypedTensor>& local_parts, int axis, double timeout_s) override;
   void broadcast(UntypedTensor& value, double timeout_s) override;
+  void local_failure(const std::exception_ptr& error) noexcept override;
 
   /// Leaves the job (goodbye and shutdown barrier); later calls fail. Idempotent.
   void shutdown();

@@ -65,8 +65,14 @@ namespace detail {
 WorkerStage::~WorkerStage() = default;
 
 void broadcast_initial_value(Strategy& strategy, UntypedTensor& value) {
-  if (WorkerStage* workers = strategy.rt_->workers.get())
-    workers->broadcast(value, strategy.extended().collective_timeout_seconds());
+  if (WorkerStage* workers = strategy.rt_->workers.get()) {
+    try {
+      workers->broadcast(value, strategy.extended().collective_timeout_seconds());
+    } catch (...) {
+      workers->local_failure(std::current_exception());
+      throw;
+    }
+  }
 }
 }  // namespace detail
 
@@ -174,13 +180,28 @@ void Strategy::execute(Body body, void* ctx) {
     rt_->pool->execute(task, &call);
   else
     task(&call, 0);
-  if (rt_->first_failure) std::rethrow_exception(std::exchange(rt_->first_failure, nullptr));
+  if (rt_->first_failure) {
+    if (rt_->workers) rt_->workers->local_failure(rt_->first_failure);
+    std::rethrow_exception(std::exchange(rt_->first_failure, nullptr));
+  }
 }
 
 std::vector<detail::UntypedTensor> Strategy::reduce_flat(ReduceOp op,
                                                          std::vector<std::vector<detail::UntypedTensor>>& leaves,
                                                          const std::vector<std::string>& structures,
                                                          std::optional<int> axis) {
+  try {
+    return reduce_leaves(op, leaves, structures, axis);
+  } catch (...) {
+    if (rt_->workers) rt_->workers->local_failure(std::current_exception());
+    throw;
+  }
+}
+
+std::vector<detail::UntypedTensor> Strategy::reduce_leaves(ReduceOp op,
+                                                           std::vector<std::vector<detail::UntypedTensor>>& leaves,
+                                                           const std::vector<std::string>& structures,
+                                                           std::optional<int> axis) {
   const std::size_t n = leaves.size();
   for (std::size_t r = 1; r < n; ++r) {
     MIRRORED_ENFORCE(structures[r] == structures[0] && leaves[r].size() == leaves[0].size(), InvalidArgumentError,
@@ -257,8 +278,14 @@ std::vector<detail::UntypedTensor> Strategy::reduce_flat(ReduceOp op,
 }
 
 detail::UntypedTensor Strategy::gather_flat(const std::vector<detail::UntypedTensor>& parts, int axis) const {
-  if (detail::WorkerStage* workers = rt_->workers.get())
-    return workers->gather(parts, axis, extended_.collective_timeout_seconds());
+  if (detail::WorkerStage* workers = rt_->workers.get()) {
+    try {
+      return workers->gather(parts, axis, extended_.collective_timeout_seconds());
+    } catch (...) {
+      workers->local_failure(std::current_exception());
+      throw;
+    }
+  }
   std::vector<const Shape*> shapes;
   for (const auto& p : parts) shapes.push_back(&p.shape);
   int a = axis;

@@ -26,6 +26,17 @@ void check_batch(const std::vector<std::vector<detail::UntypedTensor>>& values, 
 std::vector<std::vector<detail::UntypedTensor>> StrategyExtended::batch_reduce_onto(
     ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
     const std::vector<std::vector<Device>>& destinations, const CommunicationOptions& options) {
+  try {
+    return batch_reduce_to_devices(op, values, destinations, options);
+  } catch (...) {
+    if (s_.rt_->workers) s_.rt_->workers->local_failure(std::current_exception());
+    throw;
+  }
+}
+
+std::vector<std::vector<detail::UntypedTensor>> StrategyExtended::batch_reduce_to_devices(
+    ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
+    const std::vector<std::vector<Device>>& destinations, const CommunicationOptions& options) {
   const std::size_t n = worker_devices().size();  // this process's replicas
   check_batch(values, n, options.bytes_per_pack);
   std::vector<std::vector<detail::UntypedTensor>> out(values.size());

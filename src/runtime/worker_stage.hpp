@@ -14,6 +14,7 @@
 // own (asynchronous collectives) as long as it keeps that order.
 
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,12 @@ class WorkerStage {
 
   /// Replaces `value` with the chief's (same dtype and shape on every worker, checked).
   virtual void broadcast(UntypedTensor& value, double timeout_s) = 0;
+
+  /// `error` ended a `run` or a cross-replica call of this worker. Unless every worker raised it
+  /// together (different calls, dtypes or shapes across workers), the other workers now wait in
+  /// collectives this worker will not make: the job fails, and they get AbortedError naming this
+  /// worker at once instead of waiting for the timeout.
+  virtual void local_failure(const std::exception_ptr& error) noexcept = 0;
 };
 
 }  // namespace mirrored::detail

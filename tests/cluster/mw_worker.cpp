@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -336,6 +337,45 @@ int fault(const Args& a, bool kill) {
     CHECK(false, "reduce after a failure succeeded");
   } catch (const FailedPreconditionError&) {
   }
+  std::cout << (g_failures == 0 ? "OK" : "FAILED") << std::endl;
+  return g_failures ? 1 : 0;
+}
+
+// The victim's replica function throws at step `step`: the others' collective fails at once with
+// AbortedError naming it, instead of waiting for the timeout; afterwards collectives fail.
+int replica_throws(const Args& a) {
+  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  const int rank = s.extended().worker_index();
+  for (int step = 0;; ++step) {
+    if (rank == a.victim && step == a.step) {
+      try {
+        s.run([] { throw std::runtime_error("boom in the replica function"); });
+      } catch (const std::runtime_error& e) {
+        std::cout << "victim threw: " << e.what() << std::endl;
+      }
+      break;
+    }
+    const auto start = Clock::now();
+    try {
+      s.run([] { return get_replica_context()->all_reduce(ReduceOp::SUM, 1.0f); });
+      if (step > a.step) {
+        std::cout << "no error after the victim's failure" << std::endl;
+        return 3;
+      }
+    } catch (const AbortedError& e) {
+      const double took = std::chrono::duration<double>(Clock::now() - start).count();
+      std::cout << "AbortedError after " << took << " s: " << e.what() << std::endl;
+      CHECK(std::string(e.what()).find(detail::str_cat("worker ", a.victim, " (")) != std::string::npos, "");
+      CHECK(std::string(e.what()).find("boom in the replica function") != std::string::npos, "");
+      CHECK(took < 2.0, took);
+      break;
+    }
+  }
+  try {
+    s.run([] { return get_replica_context()->all_reduce(ReduceOp::SUM, 1.0f); });
+    CHECK(false, "a collective after the failure succeeded");
+  } catch (const FailedPreconditionError&) {
+  }
   if (g_failures == 0) std::cout << "OK" << std::endl;
   return g_failures ? 1 : 0;
 }
@@ -386,6 +426,7 @@ int main(int argc, char** argv) {
     if (a.scenario == "stop") return fault(a, false);
     if (a.scenario == "never_join") return never_join(a);
     if (a.scenario == "leave_early") return leave_early(a);
+    if (a.scenario == "replica_throws") return replica_throws(a);
     if (a.scenario == "hello") {
       MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
       std::cout << "hello from worker " << s.extended().worker_index() << " of " << s.extended().num_workers()

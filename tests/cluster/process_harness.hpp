@@ -136,6 +136,17 @@ class Job {
     return true;
   }
 
+  /// Waits until worker `rank` has printed `text` (or exited), at most `timeout_s`; true if it printed it.
+  bool wait_for_output(int rank, const std::string& text, double timeout_s) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (output(rank).find(text) == std::string::npos) {
+      if (std::chrono::steady_clock::now() >= deadline || wait_for(rank, 0))
+        return output(rank).find(text) != std::string::npos;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
+
   /// Exit status of `rank` (negative: killed by that signal); meaningful after `wait`.
   int code(int rank) const { return procs_.at(rank).code; }
   bool done(int rank) const { return procs_.at(rank).done; }

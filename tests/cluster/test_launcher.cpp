@@ -54,9 +54,9 @@ TEST(Launcher, TerminatesTheOthersAfterTheGracePeriod) {
 TEST(Launcher, ForwardsSignalsToEveryWorker) {
   testing::TempDir dir;
   const std::string ready = dir.path() + "/ready";
-  Job job = run({"/bin/bash", kLaunch, "2", "--", "/bin/bash", "-c",
-                 "trap 'echo got TERM; exit 7' TERM; touch " + ready +
-                     ".$MIRRORED_LAUNCH_RANK; while true; do sleep 0.1; done"});
+  Job job = run(
+      {"/bin/bash", kLaunch, "2", "--", "/bin/bash", "-c",
+       "trap 'echo got TERM; exit 7' TERM; touch " + ready + ".$MIRRORED_LAUNCH_RANK; while true; do sleep 0.1; done"});
   // Both workers are up (and have their trap) before the launcher is signalled.
   for (int i = 0; i < 1000 && !(std::filesystem::exists(ready + ".0") && std::filesystem::exists(ready + ".1")); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -85,8 +85,9 @@ std::map<std::string, std::vector<float>> weights(const std::string& path) {
 TEST(Launcher, TrainDigitsOnTwoWorkersMatchesOneWorkerWithFourReplicas) {
   testing::TempDir dir;
   const std::vector<std::string> common{"--epochs", "2", "--global-batch", "30", "--seed", "7"};
-  std::vector<std::string> multi{"/bin/bash", kLaunch, "2", "--", MIRRORED_TRAIN_DIGITS, "--strategy",
-                                 "multi_worker", "--devices", "CPU:0,CPU:1", "--save", dir.path() + "/multi.st"};
+  std::vector<std::string> multi{
+      "/bin/bash",    kLaunch,     "2",           "--",     MIRRORED_TRAIN_DIGITS,   "--strategy",
+      "multi_worker", "--devices", "CPU:0,CPU:1", "--save", dir.path() + "/multi.st"};
   multi.insert(multi.end(), common.begin(), common.end());
   std::vector<std::string> single{MIRRORED_TRAIN_DIGITS, "--devices", "CPU:0,CPU:1,CPU:2,CPU:3", "--save",
                                   dir.path() + "/single.st"};

@@ -110,10 +110,21 @@ TEST(MultiWorker, ADeadWorkerIsNoticedInSharedMemoryWithTheFileStore) {
   EXPECT_THAT(job.output(0), HasSubstr("its process")) << job.outputs();
 }
 
+// A worker whose step fails (its replica function throws) fails the job for the others at once.
+TEST(MultiWorker, AFailingReplicaFunctionAbortsTheOtherWorkers) {
+  Job job(3, ranks(3), worker("replica_throws", {"--victim", "1", "--step", "2", "--replicas", "2", "--timeout", "60"}),
+          kTcp);
+  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  for (int w = 0; w < 3; ++w) EXPECT_EQ(job.code(w), 0) << job.outputs();
+  EXPECT_THAT(job.output(0), HasSubstr("AbortedError")) << job.outputs();
+  EXPECT_THAT(job.output(1), HasSubstr("victim threw: boom")) << job.outputs();
+}
+
 // A stopped (hung) worker: DeadlineExceededError after the timeout, naming it.
 TEST(MultiWorker, AStoppedWorkerGivesDeadlineExceededAfterTheTimeout) {
   Job job(3, ranks(3), worker("stop", {"--victim", "1", "--step", "2", "--timeout", "2"}), kTcp);
-  ASSERT_TRUE(job.wait_for(0, kRunSeconds)) << job.outputs();
+  // The survivors report, then the stopped worker is killed (the chief's store serves until then).
+  job.wait_for_output(0, "OK", kRunSeconds);
   ASSERT_TRUE(job.wait_for(2, kRunSeconds)) << job.outputs();
   job.signal(1, SIGKILL);
   ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
@@ -126,7 +137,7 @@ TEST(MultiWorker, AStoppedWorkerGivesDeadlineExceededAfterTheTimeout) {
 
 TEST(MultiWorker, AStoppedWorkerOnSharedMemoryGivesDeadlineExceeded) {
   Job job(2, ranks(2), worker("stop", {"--victim", "1", "--step", "2", "--timeout", "2"}), kShm);
-  ASSERT_TRUE(job.wait_for(0, kRunSeconds)) << job.outputs();
+  job.wait_for_output(0, "OK", kRunSeconds);
   job.signal(1, SIGKILL);
   ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
   EXPECT_EQ(job.code(0), 0) << job.outputs();

@@ -120,7 +120,8 @@ std::unique_ptr<WorldAllReduce> make_nccl_world_all_reduce(const std::vector<Dev
     ncclResult_t failed = ncclSuccess;
     int failed_rank = 0;
     for (int r = 0; r < n_local && failed == ncclSuccess; ++r) {
-      CudaDeviceGuard guard(physical[static_cast<std::size_t>(r)], Device(DeviceType::GPU, logical[static_cast<std::size_t>(r)]));
+      CudaDeviceGuard guard(physical[static_cast<std::size_t>(r)],
+                            Device(DeviceType::GPU, logical[static_cast<std::size_t>(r)]));
       res = ncclCommInitRankConfig(&c->comms[static_cast<std::size_t>(r)], nranks, id, rank * n_local + r, &config);
       if (res != ncclSuccess && res != ncclInProgress) {
         failed = res;
