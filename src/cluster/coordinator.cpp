@@ -20,6 +20,7 @@ constexpr double kMonitorPollSeconds = 0.25;
 // How long a worker whose collective failed waits for the job's cause to be published (the
 // chief's store publishes a dead worker within milliseconds; another worker's timeout at once).
 constexpr double kCauseWaitSeconds = 1.0;
+constexpr double kTimeoutCauseWaitSeconds = 0.2;
 // A worker whose monitor has not polled the chief's store for this long is reported as stopped.
 constexpr double kStaleSeconds = 2.0;
 // After a failure, how long the chief keeps serving the store for the others at most.
@@ -386,10 +387,13 @@ void Coordinator::fail_collective(const char* what, Clock::time_point deadline, 
     std::lock_guard lock(mu_);
     notice = failure_;
   }
-  if (!notice) notice = published_failure(kCauseWaitSeconds);
+  const bool timed_out = error.timed_out || Clock::now() >= deadline;
+  // A connection that failed has a cause another worker or the chief's store publishes at once; a
+  // timeout is usually this worker's own finding.
+  if (!notice) notice = published_failure(timed_out ? kTimeoutCauseWaitSeconds : kCauseWaitSeconds);
   if (!notice) {
     FailureNotice mine;
-    if (error.timed_out || Clock::now() >= deadline) {
+    if (timed_out) {
       mine = {static_cast<int>(ErrorCode::DEADLINE_EXCEEDED),
               str_cat("a cross-worker collective did not complete within the collective timeout of ", timeout_s,
                       " s (set CommunicationOptions::timeout_seconds or MIRRORED_COLLECTIVE_TIMEOUT_S)",

@@ -122,7 +122,7 @@ TEST(MultiWorker, AFailingReplicaFunctionAbortsTheOtherWorkers) {
 
 // A stopped (hung) worker: DeadlineExceededError after the timeout, naming it.
 TEST(MultiWorker, AStoppedWorkerGivesDeadlineExceededAfterTheTimeout) {
-  Job job(3, ranks(3), worker("stop", {"--victim", "1", "--step", "2", "--timeout", "2"}), kTcp);
+  Job job(3, ranks(3), worker("stop", {"--victim", "1", "--step", "2", "--timeout", "3"}), kTcp);
   // The survivors report, then the stopped worker is killed (the chief's store serves until then).
   job.wait_for_output(0, "OK", kRunSeconds);
   ASSERT_TRUE(job.wait_for(2, kRunSeconds)) << job.outputs();
