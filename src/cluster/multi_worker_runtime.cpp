@@ -271,7 +271,10 @@ std::vector<Shape> MultiWorkerRuntime::exchange_shapes(const std::vector<const S
   c.transport().all_gather(mine.data(), all.data(),
                            std::vector<std::size_t>(static_cast<std::size_t>(c.num_workers()), bytes), deadline);
   std::vector<Shape> out;
-  for (std::size_t at = 0; at < all.size(); at += rank) out.emplace_back(all.begin() + at, all.begin() + at + rank);
+  const std::size_t count = local.size() * static_cast<std::size_t>(c.num_workers());
+  for (std::size_t k = 0; k < count; ++k)
+    out.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(k * rank),
+                     all.begin() + static_cast<std::ptrdiff_t>((k + 1) * rank));
   return out;
 }
 
@@ -336,14 +339,15 @@ void MultiWorkerRuntime::all_gather(int axis, CrossDeviceOps& /*local*/, Collect
         local_parts.push_back(&step.inputs(r)[0]);
         local_shapes.push_back(&step.inputs(r)[0].shape);
       }
-      // Ranks agree across workers (the signature) and locally (checked here first).
-      int local_axis = axis;
-      const Shape local_shape = concat_shape("all_gather", local_shapes, local_axis);
+      // Every worker checks every replica's shape (the signature made sure the ranks agree across
+      // workers, so the exchange has one size), so all of them raise the same error, if any.
       const std::vector<Shape> shapes = exchange_shapes(local_shapes, first.shape.size(), d);
       std::vector<const Shape*> ptrs;
       for (const auto& s : shapes) ptrs.push_back(&s);
       int a = axis;
       const Shape global = together([&] { return concat_shape("all_gather", ptrs, a); });
+      int local_axis = axis;
+      const Shape local_shape = concat_shape("all_gather", local_shapes, local_axis);
       UntypedTensor local_concat = make_untyped(first.dtype, local_shape, cpu0);
       concat_into(local_parts, a, local_concat);
       outs.push_back(make_untyped(in.dtype, global, in.device()));
@@ -381,13 +385,13 @@ UntypedTensor MultiWorkerRuntime::gather(const std::vector<UntypedTensor>& local
       local_shapes.push_back(&p.shape);
       ptrs_local.push_back(&p);
     }
-    int local_axis = axis;
-    const Shape local_shape = concat_shape("gather", local_shapes, local_axis);
     const std::vector<Shape> shapes = exchange_shapes(local_shapes, first.shape.size(), d);
     std::vector<const Shape*> ptrs;
     for (const auto& s : shapes) ptrs.push_back(&s);
     int a = axis;
     const Shape global = together([&] { return concat_shape("gather", ptrs, a); });
+    int local_axis = axis;
+    const Shape local_shape = concat_shape("gather", local_shapes, local_axis);
     UntypedTensor local_concat = make_untyped(first.dtype, local_shape, cpu0);
     concat_into(ptrs_local, a, local_concat);
     out = make_untyped(first.dtype, global, cpu0);

@@ -259,6 +259,15 @@ void check_collectives(MultiWorkerMirroredStrategy& s) {
         "error was: ", error);
   auto after = s.run([] { return get_replica_context()->all_reduce(ReduceOp::SUM, 1.0f); });
   CHECK(after[0] == static_cast<float>(N), after[0]);
+  // Likewise all_gather parts that differ off the axis on one worker.
+  error.clear();
+  try {
+    s.run([&] { return get_replica_context()->all_gather(Tensor<float>::zeros({1, rank == 1 ? 3 : 2}), 0); });
+  } catch (const InvalidArgumentError& e) {
+    error = e.what();
+  }
+  CHECK(error.find("shapes may differ only along axis 0") != std::string::npos, "error was: ", error);
+  CHECK(s.gather(s.run([] { return Tensor<float>{1}; }), 0).numel() == N, "");
 }
 
 int collectives(const Args& a) {

@@ -2,7 +2,8 @@
 // Test helper: runs the workers of a multi-worker job as child processes on 127.0.0.1, each with
 // its TF_CONFIG, its output in a file. No process outlives the test: every worker is in a process
 // group of its own, dies with the test (PR_SET_PDEATHSIG) and is killed and reaped when the Job
-// goes away.
+// goes away; and the test process is a child subreaper, so that what a child started (the
+// launcher's workers) comes back to it when that child dies, and is killed and reaped too.
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -12,13 +13,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -70,12 +75,55 @@ inline std::string tf_config(const std::vector<std::string>& addresses, int rank
          "]}, \"task\": {\"type\": \"worker\", \"index\": " + std::to_string(rank) + "}}";
 }
 
+// Pids of the live Jobs' workers (what is not among them and is our child is an orphan).
+inline std::mutex& registry_mu() {
+  static std::mutex mu;
+  return mu;
+}
+inline std::set<pid_t>& registry() {
+  static std::set<pid_t> pids;
+  return pids;
+}
+
+/// Kills and reaps this process's children that no live Job started (descendants of a dead child,
+/// adopted by this subreaper).
+inline void reap_orphans() {
+  std::vector<pid_t> orphans;
+  if (DIR* proc = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(proc)) {
+      const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+      if (pid <= 0) continue;
+      std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
+      std::string text;
+      std::getline(stat, text);
+      const auto close = text.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(text.substr(close + 2));
+      std::string state;
+      long ppid = 0;
+      rest >> state >> ppid;
+      if (ppid == ::getpid()) orphans.push_back(pid);
+    }
+    ::closedir(proc);
+  }
+  std::lock_guard lock(registry_mu());
+  for (pid_t pid : orphans) {
+    if (registry().count(pid)) continue;
+    ::kill(-pid, SIGKILL);
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+  }
+}
+
 class Job {
  public:
   /// A cluster of `total` workers on 127.0.0.1; starts the ranks in `start`, each running `argv`
   /// with `env` added to this process's environment (and its TF_CONFIG and a fresh job id).
   Job(int total, const std::vector<int>& start, const std::vector<std::string>& argv,
       const std::map<std::string, std::string>& env = {}) {
+    static std::once_flag subreaper;
+    std::call_once(subreaper, [] { ::prctl(PR_SET_CHILD_SUBREAPER, 1); });
     for (int w = 0; w < total; ++w) addresses_.push_back("127.0.0.1:" + std::to_string(free_port()));
     std::random_device rd;
     const std::string job_id = "test-" + std::to_string(rd()) + "-" + std::to_string(::getpid());
@@ -95,7 +143,10 @@ class Job {
         int status = 0;
         ::waitpid(p.pid, &status, 0);
       }
+      std::lock_guard lock(registry_mu());
+      registry().erase(p.pid);
     }
+    reap_orphans();
   }
 
   /// Waits until every started worker has exited, at most `timeout_s`; true if all did.
@@ -217,6 +268,8 @@ class Job {
     ::setpgid(pid, pid);
     p.pid = pid;
     procs_[rank] = p;
+    std::lock_guard lock(registry_mu());
+    registry().insert(pid);
   }
 
   TempDir dir_;

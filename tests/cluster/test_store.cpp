@@ -142,6 +142,32 @@ TEST(TcpStore, MalformedAndOversizedFramesCloseOnlyThatConnection) {
   EXPECT_EQ(ok.get("still", 0), "serving");
 }
 
+// Writing to a connection the peer closed is an error, never a SIGPIPE that kills the process.
+TEST(TcpStore, WritingToAClosedConnectionRaisesInsteadOfKilling) {
+  net::Fd listener = net::listen_on("127.0.0.1", 0);
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  net::Fd client = net::connect_until("127.0.0.1", port, net::deadline_after(5), "peer");
+  for (int i = 0; i < 100; ++i) {
+    net::Fd accepted(::accept(listener.get(), nullptr, nullptr));
+    if (accepted) break;  // closed at once: the peer goes away
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const std::string chunk(1 << 16, 'x');
+  bool raised = false;
+  for (int i = 0; i < 1000 && !raised; ++i) {
+    try {
+      net::send_all(client.get(), chunk.data(), chunk.size(), net::deadline_after(5), "peer");
+    } catch (const UnavailableError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("the connection to peer failed"));
+      raised = true;
+    }
+  }
+  EXPECT_TRUE(raised);
+}
+
 TEST(TcpStore, TheSecondServerOnAPortFailsWithUnavailable) {
   StoreServer first("127.0.0.1", 0, "job", names(1));
   try {
