@@ -44,6 +44,13 @@ else()
   set(MIRRORED_CONFIG_NEEDS_CUDA OFF)
 endif()
 
+# ... and Gloo (src/cluster/, linked privately), whose package defines the target `gloo`.
+if(_mirrored_type STREQUAL "STATIC_LIBRARY")
+  set(MIRRORED_CONFIG_NEEDS_GLOO ON)
+else()
+  set(MIRRORED_CONFIG_NEEDS_GLOO OFF)
+endif()
+
 configure_package_config_file(
   "${PROJECT_SOURCE_DIR}/cmake/mirroredConfig.cmake.in"
   "${PROJECT_BINARY_DIR}/mirroredConfig.cmake"

@@ -4,10 +4,15 @@
 //
 //   train_digits [--devices CPU:0,CPU:1] [--epochs 20] [--global-batch 32] [--optimizer sgd|adam]
 //                [--learning-rate X] [--seed 0] [--data data/digits.csv.gz] [--save model.safetensors]
+//                [--strategy mirrored|multi_worker]
+//
+// --strategy multi_worker trains with MultiWorkerMirroredStrategy over the workers TF_CONFIG
+// names (--devices are each worker's own replicas; see tools/launch.sh); only the chief saves.
 #include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,6 +28,7 @@ namespace {
 
 struct Args {
   std::vector<std::string> devices;
+  std::string strategy = "mirrored";
   digits::TrainConfig cfg;
   std::string data = digits::default_digits_path();
   std::string save;
@@ -33,7 +39,8 @@ struct Args {
   (help ? std::cout : std::cerr)
       << (help ? "" : "train_digits: " + error + "\n")
       << "usage: train_digits [--devices CPU:0,CPU:1] [--epochs N] [--global-batch N] [--optimizer sgd|adam]\n"
-      << "                    [--learning-rate X] [--seed N] [--data PATH] [--save PATH]\n";
+      << "                    [--learning-rate X] [--seed N] [--data PATH] [--save PATH]\n"
+      << "                    [--strategy mirrored|multi_worker]\n";
   std::exit(help ? 0 : 2);
 }
 
@@ -62,6 +69,8 @@ Args parse(int argc, char** argv) {
         a.data = v;
       else if (flag == "--save")
         a.save = v;
+      else if (flag == "--strategy")
+        a.strategy = v;
       else
         usage("unknown flag " + flag);
     } catch (const std::logic_error&) {
@@ -69,6 +78,7 @@ Args parse(int argc, char** argv) {
     }
   }
   if (a.cfg.epochs < 1) usage("--epochs must be at least 1");
+  if (a.strategy != "mirrored" && a.strategy != "multi_worker") usage("--strategy must be mirrored or multi_worker");
   if (a.devices.empty()) {
     // All GPUs, else two CPU replicas.
     for (const auto& d : mirrored::list_logical_devices(mirrored::DeviceType::GPU)) a.devices.push_back(d.short_name());
@@ -100,7 +110,13 @@ int main(int argc, char** argv) {
   try {
     const digits::Dataset all = digits::load_digits(args.data);
     const digits::Split split = digits::split_digits(all, args.cfg.test_fraction, args.cfg.seed);
-    mirrored::MirroredStrategy strategy(args.devices);
+    std::unique_ptr<mirrored::Strategy> owned;
+    if (args.strategy == "multi_worker")
+      owned = std::make_unique<mirrored::MultiWorkerMirroredStrategy>(mirrored::CommunicationOptions{}, nullptr,
+                                                                      args.devices);
+    else
+      owned = std::make_unique<mirrored::MirroredStrategy>(args.devices);
+    mirrored::Strategy& strategy = *owned;
     std::printf("training on %zu examples, holding out %zu; %d replicas (", static_cast<size_t>(split.train.size()),
                 static_cast<size_t>(split.test.size()), strategy.num_replicas_in_sync());
     for (std::size_t i = 0; i < args.devices.size(); ++i) std::printf("%s%s", i ? ", " : "", args.devices[i].c_str());
@@ -111,7 +127,7 @@ int main(int argc, char** argv) {
         digits::train(strategy, split, args.cfg, [&](const digits::EpochReport& r) { show(r, args.cfg.epochs, tty); });
     std::printf("held-out accuracy: %.2f%% (%lld examples) after %d epochs in %.2f s\n", 100 * result.test_accuracy,
                 static_cast<long long>(split.test.size()), args.cfg.epochs, result.seconds);
-    if (!args.save.empty()) {
+    if (!args.save.empty() && strategy.extended().should_checkpoint()) {
       mirrored::checkpoint::VariableMap vars;
       for (const auto& v : result.variables) vars.emplace(v.name(), v);
       mirrored::checkpoint::save(args.save, vars, {{"model", "digits-mlp-64-64-10"}});

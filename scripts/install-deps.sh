@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages needed to build and test mirrored.
+# Installs the Debian packages needed to build and test mirrored (libgloo-dev: the collectives
+# between worker processes of MultiWorkerMirroredStrategy).
 # Idempotent: only missing packages are installed, and `apt-get update` only
 # runs when something is missing. Uses sudo only when not running as root.
 #
@@ -18,6 +19,7 @@ packages=(
   libbenchmark-dev
   libeigen3-dev
   zlib1g-dev
+  libgloo-dev
   # The fuzz preset (make fuzz): clang with libFuzzer and the sanitizer runtimes.
   clang-14
   libclang-rt-14-dev

@@ -10,6 +10,7 @@
 // all-reduces them (SUM), so every replica applies the gradient of the global batch's mean loss.
 // Only the order of the sums differs between replica counts.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -114,8 +115,9 @@ inline TrainResult train(mirrored::Strategy& strategy, const Split& data, const 
     double loss_sum = 0;
     int64_t seen = 0, step = 0;
     for (const PerReplica<Batch>& batch : dist) {
-      int64_t b = 0;  // this step's global batch (the last one may be short)
-      for (const auto& part : batch.values()) b += std::get<0>(part).shape()[0];
+      // This step's global batch (the last one may be short); with several workers this worker's
+      // replicas hold only their slices of it.
+      const int64_t b = std::min(cfg.global_batch, train_n - step * cfg.global_batch);
       auto losses = strategy.run(step_fn, batch, b);
       loss_sum += strategy.reduce(ReduceOp::SUM, losses, std::nullopt);
       seen += b;

@@ -285,12 +285,14 @@ class DistributedDataset {
 
 template <class E>
 DistributedDataset<E> Strategy::experimental_distribute_dataset(data::Dataset<E> ds, InputOptions o) {
-  return data::detail::distribute_dataset(ds, extended().worker_devices(), 1, 0, o);
+  return data::detail::distribute_dataset(ds, extended().worker_devices(), extended().num_workers(),
+                                          extended().worker_index(), o);
 }
 
 template <class Fn>
 auto Strategy::distribute_datasets_from_function(Fn dataset_fn, InputOptions o) {
-  return data::detail::distribute_datasets_from_function(dataset_fn, extended().worker_devices(), 1, 0, o);
+  return data::detail::distribute_datasets_from_function(dataset_fn, extended().worker_devices(),
+                                                         extended().num_workers(), extended().worker_index(), o);
 }
 
 }  // namespace mirrored

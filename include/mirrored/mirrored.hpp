@@ -2,6 +2,7 @@
 /// \file
 /// Umbrella header of the mirrored library: `#include <mirrored/mirrored.hpp>`.
 
+#include "mirrored/cluster_resolver.hpp"
 #include "mirrored/communication_options.hpp"
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/data/dataset.hpp"
@@ -14,6 +15,7 @@
 #include "mirrored/input_options.hpp"
 #include "mirrored/logging.hpp"
 #include "mirrored/mirrored_strategy.hpp"
+#include "mirrored/multi_worker_mirrored_strategy.hpp"
 #include "mirrored/nn.hpp"
 #include "mirrored/optimizers.hpp"
 #include "mirrored/reduce_op.hpp"

@@ -29,6 +29,7 @@ struct MergePost {
   std::tuple<const Args*...> args;
   Result* result;
 };
+inline int local_replica_index(const ReplicaContext& ctx) noexcept;
 }  // namespace detail
 
 /// The context of one replica inside `Strategy::run` (or the default replica context outside any
@@ -38,8 +39,12 @@ class ReplicaContext {
   ReplicaContext(const ReplicaContext&) = delete;
   ReplicaContext& operator=(const ReplicaContext&) = delete;
 
-  /// This replica's index, 0 … num_replicas_in_sync()-1.
-  int replica_id_in_sync_group() const noexcept { return replica_id_; }
+  /// This replica's index, 0 … num_replicas_in_sync()-1 (with several workers: global, this
+  /// worker's replicas after those of the workers before it in rank order).
+  int replica_id_in_sync_group() const noexcept {
+    return strategy_->extended().worker_index() * static_cast<int>(strategy_->extended().worker_devices().size()) +
+           replica_id_;
+  }
   int num_replicas_in_sync() const noexcept { return strategy_->num_replicas_in_sync(); }
   Strategy& strategy() const noexcept { return *strategy_; }
 
@@ -72,14 +77,17 @@ class ReplicaContext {
   /// 0's thread, in cross-replica context; every replica receives the result (its own component
   /// when the result is a `PerReplica`/`Mirrored`). An exception from `merge_fn` surfaces from
   /// `run` with its type. Inside `merge_fn`, `in_cross_replica_context()` is true and
-  /// `get_replica_context()` is null. Same synchronisation errors as `all_reduce`; \throws
-  /// InvalidArgumentError when replicas pass arguments of different types or merge_fns with
-  /// different result types (only replica 0's merge_fn runs, as in TF).
+  /// `get_replica_context()` is null. With several workers (as in TF) `merge_fn` runs once per
+  /// worker, on that worker's replicas' values; what it calls on the strategy (`reduce`, `gather`,
+  /// `extended().batch_reduce_to`, …) spans every worker. Same synchronisation errors as
+  /// `all_reduce`; \throws InvalidArgumentError when replicas pass arguments of different types or
+  /// merge_fns with different result types (only replica 0's merge_fn runs, as in TF).
   template <class Fn, class... Args>
   auto merge_call(Fn&& merge_fn, const Args&... args);
 
  private:
   friend class Strategy;
+  friend int detail::local_replica_index(const ReplicaContext& ctx) noexcept;
   ReplicaContext(Strategy& strategy, int replica_id) : strategy_(&strategy), replica_id_(replica_id) {}
 
   // Throws FailedPreconditionError unless the calling thread is inside this context's run.
@@ -101,8 +109,14 @@ class ReplicaContext {
                   void* take_ctx);
 
   Strategy* strategy_;
-  int replica_id_;
+  int replica_id_;  // among this process's replicas
 };
+
+namespace detail {
+/// The index of `ctx`'s replica among this process's replicas (its component of distributed
+/// values and variables); equals `replica_id_in_sync_group()` with one worker.
+inline int local_replica_index(const ReplicaContext& ctx) noexcept { return ctx.replica_id_; }
+}  // namespace detail
 
 template <class V>
 V ReplicaContext::all_reduce(ReduceOp op, const V& value, const CommunicationOptions& options) {

@@ -39,6 +39,11 @@ class Variable;
 
 namespace detail {
 struct StrategyRuntime;  // rendezvous, replica threads, run lock, failure record (src/runtime/)
+class WorkerStage;       // the cross-worker stage of a multi-worker strategy (src/runtime/worker_stage.hpp)
+struct UntypedTensor;
+/// Multi-worker strategies: replaces `value` with the chief's (variables take the chief's initial
+/// values); nothing for single-process strategies. Collective across workers.
+void broadcast_initial_value(Strategy& strategy, UntypedTensor& value);
 
 /// Which context the calling thread is in.
 struct ThreadState {
@@ -109,6 +114,17 @@ class StrategyExtended {
   /// Sets that default. \throws InvalidArgumentError unless `seconds` > 0.
   void set_collective_timeout_seconds(double seconds);
 
+  /// Number of worker processes whose replicas run in sync (1 except for
+  /// `MultiWorkerMirroredStrategy`); `num_replicas_in_sync()` is this times the local replicas.
+  int num_workers() const noexcept;
+  /// This worker's rank among them: 0 is the chief (TF's `task_id` in rank order, chief first).
+  int worker_index() const noexcept;
+  /// True where checkpoints should be written: on the chief (every single-process strategy is
+  /// its own chief).
+  bool should_checkpoint() const noexcept { return worker_index() == 0; }
+  /// True where summaries should be written: on the chief.
+  bool should_save_summary() const noexcept { return worker_index() == 0; }
+
   // The variable-level API below is defined in <mirrored/strategy_extended.hpp>.
 
   /// True when `v` was created in this strategy's scope (or run).
@@ -143,16 +159,20 @@ class StrategyExtended {
  private:
   friend class Strategy;
   explicit StrategyExtended(Strategy& s) : s_(s) {}
-  // Reduces value i (one tensor per replica, `values[i][r]`, validated by batch_reduce_onto) into
-  // host tensors, in packs.
+  // Reduces value i (one tensor per local replica, `values[i][r]`, validated by batch_reduce_onto)
+  // into host tensors, in packs (across workers too, waiting at most `timeout_s` for them).
   std::vector<detail::UntypedTensor> batch_reduce_flat(ReduceOp op,
                                                        const std::vector<std::vector<detail::UntypedTensor>>& values,
-                                                       int64_t bytes_per_pack);
+                                                       int64_t bytes_per_pack, double timeout_s);
   // Validates (errors name `method`), then reduces value i onto `destinations[i][r]` (the devices
   // of its destination's copies, or the one device of reduce_to): through
   // the cross-device ops' own batch all-reduce when the destinations are the replicas' devices
   // and it has one, else through batch_reduce_flat and copies. Returns out[i][r].
   std::vector<std::vector<detail::UntypedTensor>> batch_reduce_onto(
+      const char* method, ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
+      const std::vector<std::vector<Device>>& destinations, const CommunicationOptions& options);
+  // batch_reduce_onto's work (which fails the multi-worker job when it throws alone).
+  std::vector<std::vector<detail::UntypedTensor>> batch_reduce_to_devices(
       const char* method, ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
       const std::vector<std::vector<Device>>& destinations, const CommunicationOptions& options);
   void require_cross_replica(const char* method) const;
@@ -167,8 +187,9 @@ class Strategy {
   Strategy& operator=(const Strategy&) = delete;
   virtual ~Strategy();
 
-  /// Number of replicas that run each step in lockstep.
-  int num_replicas_in_sync() const noexcept { return static_cast<int>(devices_.size()); }
+  /// Number of replicas that run each step in lockstep: this process's replicas times the
+  /// number of workers (see `extended().num_workers()`).
+  int num_replicas_in_sync() const noexcept { return static_cast<int>(devices_.size()) * num_workers_; }
   /// The lower-level API.
   StrategyExtended& extended() noexcept { return extended_; }
   /// A name for messages, e.g. "MirroredStrategy".
@@ -257,11 +278,16 @@ class Strategy {
   void start_replica_threads();
   /// Replica `r`'s context.
   ReplicaContext& context(int r) noexcept { return *contexts_[static_cast<std::size_t>(r)]; }
+  /// Makes this strategy one worker of several: collectives, reductions and variable creation
+  /// go through `stage` as well. Called once, by the constructor of a multi-worker strategy,
+  /// before any use.
+  void attach_workers(std::shared_ptr<detail::WorkerStage> stage);
 
  private:
   friend class ReplicaContext;
   friend class StrategyExtended;
   friend class Scope;
+  friend void detail::broadcast_initial_value(Strategy&, detail::UntypedTensor&);
 
   using Body = void (*)(void* ctx, int replica);
   // Runs body(ctx, r) on every replica thread in replica context; rethrows the first failure.
@@ -277,9 +303,13 @@ class Strategy {
 
   std::vector<detail::UntypedTensor> reduce_flat(ReduceOp op, std::vector<std::vector<detail::UntypedTensor>>& leaves,
                                                  const std::vector<std::string>& structures, std::optional<int> axis);
+  std::vector<detail::UntypedTensor> reduce_leaves(ReduceOp op, std::vector<std::vector<detail::UntypedTensor>>& leaves,
+                                                   const std::vector<std::string>& structures, std::optional<int> axis);
   detail::UntypedTensor gather_flat(const std::vector<detail::UntypedTensor>& parts, int axis) const;
 
-  std::vector<Device> devices_;
+  std::vector<Device> devices_;  // this process's replicas
+  int num_workers_ = 1;
+  int worker_index_ = 0;
   std::shared_ptr<CrossDeviceOps> cross_device_ops_;
   StrategyExtended extended_{*this};
   // Held through a pointer so that user code does not compile the threading machinery.
@@ -407,9 +437,12 @@ auto Strategy::experimental_local_results(const V& value) {
 template <class Fn>
 auto Strategy::experimental_distribute_values_from_function(Fn value_fn) {
   using Out = std::decay_t<std::invoke_result_t<Fn&, const ValueContext&>>;
+  // One value per local replica; ids are global (this worker's replicas follow the earlier workers').
   std::vector<Out> values;
   values.reserve(devices_.size());
-  for (int r = 0; r < num_replicas_in_sync(); ++r) values.push_back(value_fn(ValueContext{r, num_replicas_in_sync()}));
+  const int local = static_cast<int>(devices_.size());
+  for (int r = 0; r < local; ++r)
+    values.push_back(value_fn(ValueContext{worker_index_ * local + r, num_replicas_in_sync()}));
   return PerReplica<Out>(std::move(values));
 }
 

@@ -26,7 +26,7 @@ auto StrategyExtended::update(const Variable<T>& var, Fn&& fn, Args&&... args) {
                                   s_.name() + " was given variable '" + var.name() + "' of " +
                                   (owner ? owner->name() : std::string("no strategy")));
   }
-  const int n = s_.num_replicas_in_sync();
+  const int n = static_cast<int>(worker_devices().size());  // this process's copies
   using R = std::invoke_result_t<Fn&, Variable<T>&, detail::replica_arg_t<std::remove_reference_t<Args>>...>;
   if constexpr (std::is_void_v<R>) {
     for (int r = 0; r < n; ++r) {

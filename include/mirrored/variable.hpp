@@ -281,7 +281,15 @@ Variable<T>::Variable(Tensor<T> initial_value, VariableOptions o) {
     }
     st->shape = init.shape();
     if (s) {
-      for (const Device& d : s->extended().worker_devices()) st->components.push_back(init.to(d));
+      Tensor<T> first = init;
+      if (s->extended().num_workers() > 1) {
+        // Every worker starts from the chief's value (TF's multi-worker variables do too).
+        detail::UntypedTensor chief =
+            detail::TensorAccess::erase(init.device().is_host() ? init.clone() : init.to(cpu0));
+        detail::broadcast_initial_value(*s, chief);
+        first = detail::TensorAccess::restore<T>(chief);
+      }
+      for (const Device& d : s->extended().worker_devices()) st->components.push_back(first.to(d));
     } else {
       st->components.push_back(init.clone());
     }
@@ -324,6 +332,12 @@ Tensor<T> Variable<T>::aggregate_read() const {
     case VariableAggregation::ONLY_FIRST_REPLICA: return copies[0];
     case VariableAggregation::SUM:
     case VariableAggregation::MEAN: {
+      if (state_->strategy->num_replicas_in_sync() != static_cast<int>(copies.size())) {
+        // Several workers: the aggregate spans every worker's copies (a collective, on the host).
+        return state_->strategy->reduce(
+            state_->aggregation == VariableAggregation::SUM ? ReduceOp::SUM : ReduceOp::MEAN,
+            PerReplica<Tensor<T>>(copies), std::nullopt);
+      }
       // Summed in replica order on the first copy's device, like every reduction here.
       const Device& d = copies[0].device();
       Tensor<T> total = copies[0].clone();
@@ -383,7 +397,9 @@ Tensor<T> Variable<T>::cross_replica_write(Op op, const char* name, const std::v
                                  "` in cross-replica context when aggregation is set to "
                                  "`tf.VariableAggregation.SUM`.");
     }
-    for (std::size_t r = 0; r < n; ++r) apply(op, r, per_copy[r] / static_cast<T>(n));
+    // Every copy of every worker holds v/N, so that the aggregate is v.
+    const auto all = static_cast<T>(state_->strategy->num_replicas_in_sync());
+    for (std::size_t r = 0; r < n; ++r) apply(op, r, per_copy[r] / all);
   } else {
     for (std::size_t r = 0; r < n; ++r) apply(op, r, per_copy[r]);
   }

@@ -23,7 +23,7 @@ cudaStream_t current_stream() {
   MIRRORED_ENFORCE(ctx != nullptr, FailedPreconditionError,
                    "mirrored::cuda::current_stream: not inside Strategy::run (use mirrored::cuda::stream(device))");
   const Device& d =
-      ctx->strategy().extended().worker_devices()[static_cast<std::size_t>(ctx->replica_id_in_sync_group())];
+      ctx->strategy().extended().worker_devices()[static_cast<std::size_t>(detail::local_replica_index(*ctx))];
   MIRRORED_ENFORCE(!d.is_host(), FailedPreconditionError, "mirrored::cuda::current_stream: replica ",
                    ctx->replica_id_in_sync_group(), " runs on ", d.to_string(), ", not on a GPU");
   return gpu(d, "current_stream").stream();

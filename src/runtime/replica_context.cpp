@@ -10,6 +10,7 @@
 #include "runtime/default_strategy.hpp"
 #include "runtime/nest_structure.hpp"
 #include "runtime/strategy_runtime.hpp"
+#include "runtime/worker_stage.hpp"
 #include "util/exceptions.hpp"
 
 namespace mirrored {
@@ -72,7 +73,9 @@ void validate_all_reduce(int n, const detail::CollectiveGroup& group) {
 }
 
 // Returns the shape of the result and sets `axis` to the (non-negative) axis of the gather.
-Shape validate_all_gather(int n, const detail::CollectiveGroup& group, int& axis) {
+// With `shapes_too` false only dtypes and axes are compared (several workers: shapes are compared
+// after the exchange, so that every worker raises the same error).
+Shape validate_all_gather(int n, const detail::CollectiveGroup& group, int& axis, bool shapes_too = true) {
   const detail::UntypedTensor& a = (*posted(group, 0).inputs)[0];
   const int a_axis = posted(group, 0).axis;
   const auto rank = static_cast<int64_t>(a.shape.size());
@@ -93,6 +96,7 @@ Shape validate_all_gather(int n, const detail::CollectiveGroup& group, int& axis
     shapes.push_back(&b.shape);
   }
   axis = a_axis;
+  if (!shapes_too) return {};
   return detail::concat_shape("all_gather", shapes, axis);
 }
 
@@ -152,11 +156,15 @@ void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::Unty
                    "CommunicationOptions::bytes_per_pack must be >= 0, got ", options.bytes_per_pack);
   const CollectiveStep::Buffers mine{&in, &out, &structure, op, 0, options.bytes_per_pack};
   CrossDeviceOps& ops = *strategy_->cross_device_ops_;
-  const int n = num_replicas_in_sync();
+  detail::WorkerStage* workers = strategy_->rt_->workers.get();
+  const int n = strategy_->rt_->group.size();  // this process's replicas
   if (n == 1) {
     CollectiveStep solo(mine, t);
     solo.set_bytes_per_pack(options.bytes_per_pack);
-    ops.all_reduce(op, solo);
+    if (workers)
+      workers->all_reduce(op, ops, solo, nullptr);
+    else
+      ops.all_reduce(op, solo);
     return;
   }
   auto& group = strategy_->rt_->group;
@@ -165,7 +173,10 @@ void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::Unty
     validate_all_reduce(n, group);
     CollectiveStep step(group, replica_id_, t);
     step.set_bytes_per_pack(options.bytes_per_pack);
-    ops.all_reduce(op, step);
+    if (workers)
+      workers->all_reduce(op, ops, step, &group);
+    else
+      ops.all_reduce(op, step);
     step.sync();  // nobody's buffers go away while another replica still reads them
   });
 }
@@ -178,7 +189,13 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
   outs.reserve(1);
   const CollectiveStep::Buffers mine{&ins, &outs, nullptr, ReduceOp::SUM, axis, 0};
   CrossDeviceOps& ops = *strategy_->cross_device_ops_;
-  const int n = num_replicas_in_sync();
+  detail::WorkerStage* workers = strategy_->rt_->workers.get();
+  const int n = strategy_->rt_->group.size();  // this process's replicas
+  if (n == 1 && workers) {
+    CollectiveStep solo(mine, t);
+    workers->all_gather(axis, ops, solo, nullptr, outs);
+    return outs;
+  }
   if (n == 1) {
     int a = axis;
     outs.push_back(detail::make_untyped(in.dtype, detail::concat_shape("all_gather", {&in.shape}, a), in.device()));
@@ -189,6 +206,14 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
   auto& group = strategy_->rt_->group;
   group.join(replica_id_, detail::CollectiveKind::all_gather, &mine, t);
   inside_collective(group, replica_id_, [&] {
+    if (workers) {
+      int a = axis;
+      validate_all_gather(n, group, a, /*shapes_too=*/false);
+      CollectiveStep step(group, replica_id_, t);
+      workers->all_gather(axis, ops, step, &group, outs);
+      step.sync();
+      return;
+    }
     int a = axis;
     const Shape shape = validate_all_gather(n, group, a);
     outs.push_back(detail::make_untyped(in.dtype, shape, in.device()));
@@ -202,7 +227,7 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
 
 void ReplicaContext::merge_flat(const void* payload, const std::type_info& signature, MergeFn run_merge,
                                 void* merge_ctx, TakeFn take, void* take_ctx) {
-  const int n = num_replicas_in_sync();
+  const int n = strategy_->rt_->group.size();  // this process's replicas (merge_fn runs per worker)
   if (n == 1) {
     {
       MergeScope cross(*strategy_);

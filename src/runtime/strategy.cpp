@@ -10,6 +10,7 @@
 #include "runtime/default_strategy.hpp"
 #include "runtime/nest_structure.hpp"
 #include "runtime/strategy_runtime.hpp"
+#include "runtime/worker_stage.hpp"
 #include "util/exceptions.hpp"
 #include "util/log.hpp"
 
@@ -63,6 +64,23 @@ void StrategyExtended::set_collective_timeout_seconds(double seconds) {
                    seconds);
   s_.rt_->collective_timeout_s.store(seconds, std::memory_order_relaxed);
 }
+int StrategyExtended::num_workers() const noexcept { return s_.num_workers_; }
+int StrategyExtended::worker_index() const noexcept { return s_.worker_index_; }
+
+namespace detail {
+WorkerStage::~WorkerStage() = default;
+
+void broadcast_initial_value(Strategy& strategy, UntypedTensor& value) {
+  if (WorkerStage* workers = strategy.rt_->workers.get()) {
+    try {
+      workers->broadcast(value, strategy.extended().collective_timeout_seconds());
+    } catch (...) {
+      workers->local_failure(std::current_exception());
+      throw;
+    }
+  }
+}
+}  // namespace detail
 
 // ---------------------------------------------------------------------------------------------
 // Strategy.
@@ -74,7 +92,7 @@ Strategy::Strategy(std::vector<Device> devices, std::shared_ptr<CrossDeviceOps> 
                                                     detail::env_positive("MIRRORED_COLLECTIVE_TIMEOUT_S", 1800.0),
                                                     detail::env_positive("MIRRORED_STALL_WARN_S", 60.0))) {
   contexts_.reserve(devices_.size());
-  for (int r = 0; r < num_replicas_in_sync(); ++r)
+  for (int r = 0; r < static_cast<int>(devices_.size()); ++r)
     contexts_.push_back(std::unique_ptr<ReplicaContext>(new ReplicaContext(*this, r)));
   static std::atomic<std::uint64_t> next_id{1};
   id_ = std::make_shared<const std::uint64_t>(next_id.fetch_add(1, std::memory_order_relaxed));
@@ -82,7 +100,15 @@ Strategy::Strategy(std::vector<Device> devices, std::shared_ptr<CrossDeviceOps> 
 
 Strategy::~Strategy() = default;
 
-void Strategy::start_replica_threads() { rt_->pool = std::make_unique<detail::ReplicaPool>(num_replicas_in_sync()); }
+void Strategy::start_replica_threads() {
+  rt_->pool = std::make_unique<detail::ReplicaPool>(static_cast<int>(devices_.size()));
+}
+
+void Strategy::attach_workers(std::shared_ptr<detail::WorkerStage> stage) {
+  num_workers_ = stage->num_workers();
+  worker_index_ = stage->worker_index();
+  rt_->workers = std::move(stage);
+}
 
 Scope Strategy::scope() {
   auto& ts = detail::thread_state();
@@ -162,13 +188,28 @@ void Strategy::execute(Body body, void* ctx) {
     rt_->pool->execute(task, &call);
   else
     task(&call, 0);
-  if (rt_->first_failure) std::rethrow_exception(std::exchange(rt_->first_failure, nullptr));
+  if (rt_->first_failure) {
+    if (rt_->workers) rt_->workers->local_failure(rt_->first_failure);
+    std::rethrow_exception(std::exchange(rt_->first_failure, nullptr));
+  }
 }
 
 std::vector<detail::UntypedTensor> Strategy::reduce_flat(ReduceOp op,
                                                          std::vector<std::vector<detail::UntypedTensor>>& leaves,
                                                          const std::vector<std::string>& structures,
                                                          std::optional<int> axis) {
+  try {
+    return reduce_leaves(op, leaves, structures, axis);
+  } catch (...) {
+    if (rt_->workers) rt_->workers->local_failure(std::current_exception());
+    throw;
+  }
+}
+
+std::vector<detail::UntypedTensor> Strategy::reduce_leaves(ReduceOp op,
+                                                           std::vector<std::vector<detail::UntypedTensor>>& leaves,
+                                                           const std::vector<std::string>& structures,
+                                                           std::optional<int> axis) {
   const std::size_t n = leaves.size();
   for (std::size_t r = 1; r < n; ++r) {
     if (structures[r] != structures[0]) {
@@ -176,7 +217,12 @@ std::vector<detail::UntypedTensor> Strategy::reduce_flat(ReduceOp op,
           detail::structure_mismatch("reduce", 0, structures[0], static_cast<int>(r), structures[r]));
     }
   }
+  // Several workers: each reduces its replicas' values, then the workers sum their results (a
+  // non-distributed value is every worker's own and is not summed across them).
+  detail::WorkerStage* workers = n == devices_.size() ? rt_->workers.get() : nullptr;
+  std::string signature;
   std::vector<detail::UntypedTensor> out;
+  std::vector<int64_t> counts;  // per leaf, with workers: the elements (or replicas) a MEAN divides by
   out.reserve(leaves[0].size());
   for (std::size_t i = 0; i < leaves[0].size(); ++i) {
     std::vector<detail::UntypedTensor> parts;
@@ -211,7 +257,11 @@ std::vector<detail::UntypedTensor> Strategy::reduce_flat(ReduceOp op,
       }
     }
     detail::UntypedTensor result = detail::make_untyped(parts[0].dtype, parts[0].shape, cpu0);
-    if (!axis) {
+    if (workers) {
+      signature += str_cat(i ? ", " : "", dtype_name(result.dtype), detail::format_shape(result.shape));
+      cross_device_ops_->reduce(ReduceOp::SUM, parts, result);
+      counts.push_back(axis ? count : static_cast<int64_t>(n));
+    } else if (!axis) {
       cross_device_ops_->reduce(op, parts, result);
     } else {
       cross_device_ops_->reduce(ReduceOp::SUM, parts, result);
@@ -220,10 +270,31 @@ std::vector<detail::UntypedTensor> Strategy::reduce_flat(ReduceOp op,
     }
     out.push_back(std::move(result));
   }
+  if (workers) {
+    // Every worker checks the others reduce the same structure before any worker's bytes move.
+    const double t = extended_.collective_timeout_seconds();
+    workers->agree("reduce",
+                   str_cat(op == ReduceOp::SUM ? "SUM" : "MEAN", axis ? str_cat(" axis ", *axis) : "", " of ",
+                           structures[0], ": ", signature),
+                   t);
+    workers->sum(out, counts, t);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (op == ReduceOp::MEAN && out[i].numel)
+        detail::backend_for(cpu0).divide(out[i].dtype, out[i].data(), out[i].numel, counts[i]);
+    }
+  }
   return out;
 }
 
 detail::UntypedTensor Strategy::gather_flat(const std::vector<detail::UntypedTensor>& parts, int axis) const {
+  if (detail::WorkerStage* workers = rt_->workers.get()) {
+    try {
+      return workers->gather(parts, axis, extended_.collective_timeout_seconds());
+    } catch (...) {
+      workers->local_failure(std::current_exception());
+      throw;
+    }
+  }
   std::vector<const Shape*> shapes;
   for (const auto& p : parts) shapes.push_back(&p.shape);
   int a = axis;

@@ -1,6 +1,7 @@
 // StrategyExtended's compiled parts: cross-replica reductions onto destinations, packed.
 #include "collectives/packing.hpp"
 #include "mirrored/strategy.hpp"
+#include "runtime/strategy_runtime.hpp"
 
 namespace mirrored {
 
@@ -31,18 +32,41 @@ void check_batch(const char* method, const std::vector<std::vector<detail::Untyp
 std::vector<std::vector<detail::UntypedTensor>> StrategyExtended::batch_reduce_onto(
     const char* method, ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
     const std::vector<std::vector<Device>>& destinations, const CommunicationOptions& options) {
-  const std::size_t n = static_cast<std::size_t>(s_.num_replicas_in_sync());
+  try {
+    return batch_reduce_to_devices(method, op, values, destinations, options);
+  } catch (...) {
+    if (s_.rt_->workers) s_.rt_->workers->local_failure(std::current_exception());
+    throw;
+  }
+}
+
+std::vector<std::vector<detail::UntypedTensor>> StrategyExtended::batch_reduce_to_devices(
+    const char* method, ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
+    const std::vector<std::vector<Device>>& destinations, const CommunicationOptions& options) {
+  const std::size_t n = worker_devices().size();  // this process's replicas
   check_batch(method, values, n, options.bytes_per_pack);
   std::vector<std::vector<detail::UntypedTensor>> out(values.size());
+  detail::WorkerStage* workers = s_.rt_->workers.get();
+  const double timeout_s = options.timeout_seconds.value_or(collective_timeout_seconds());
+  if (workers) {
+    // Every worker checks the others reduce the same values before any bytes move.
+    std::string signature;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      signature +=
+          detail::str_cat(i ? ", " : "", dtype_name(values[i][0].dtype), detail::format_shape(values[i][0].shape));
+    }
+    workers->agree("batch_reduce_to",
+                   detail::str_cat(op == ReduceOp::SUM ? "SUM" : "MEAN", " of ", values.size(), " values: ", signature),
+                   timeout_s);
+  }
   if (values.empty()) return out;
   bool onto_replicas = true;
   for (const auto& d : destinations) onto_replicas = onto_replicas && d == worker_devices();
-  if (onto_replicas) {
-    const double timeout_s = options.timeout_seconds.value_or(collective_timeout_seconds());
+  if (onto_replicas && !workers) {
     if (s_.cross_device_ops_->batch_all_reduce(op, values, worker_devices(), out, timeout_s)) return out;
   }
   // Into host memory, then a copy per destination device (host memory is shared by CPU:0).
-  const auto reduced = batch_reduce_flat(op, values, options.bytes_per_pack);
+  const auto reduced = batch_reduce_flat(op, values, options.bytes_per_pack, timeout_s);
   for (std::size_t i = 0; i < values.size(); ++i) {
     for (const Device& d : destinations[i]) {
       if (d == reduced[i].device()) {
@@ -57,10 +81,16 @@ std::vector<std::vector<detail::UntypedTensor>> StrategyExtended::batch_reduce_o
 }
 
 std::vector<detail::UntypedTensor> StrategyExtended::batch_reduce_flat(
-    ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values, int64_t bytes_per_pack) {
-  const std::size_t n = static_cast<std::size_t>(s_.num_replicas_in_sync());
+    ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values, int64_t bytes_per_pack,
+    double timeout_s) {
+  const std::size_t n = worker_devices().size();  // this process's replicas
   std::vector<detail::UntypedTensor> out(values.size());
   if (values.empty()) return out;
+  // Several workers: each sums its replicas' values (packed as below), the workers sum those
+  // sums (packed the same way), and MEAN divides by every worker's replicas.
+  detail::WorkerStage* workers = s_.rt_->workers.get();
+  const ReduceOp local_op = workers ? ReduceOp::SUM : op;
+  std::vector<detail::UntypedTensor> pack_results;
   // Plan on replica 0's tensors; every replica's tensors have the same shapes and dtypes.
   std::vector<detail::UntypedTensor> firsts;
   for (const auto& v : values) firsts.push_back(v[0]);
@@ -68,7 +98,8 @@ std::vector<detail::UntypedTensor> StrategyExtended::batch_reduce_flat(
     if (pack.size() == 1) {
       const std::size_t i = pack[0];
       out[i] = detail::make_untyped(values[i][0].dtype, values[i][0].shape, cpu0);
-      s_.cross_device_ops_->reduce(op, values[i], out[i]);
+      s_.cross_device_ops_->reduce(local_op, values[i], out[i]);
+      pack_results.push_back(out[i]);
       continue;
     }
     // Several tensors: concatenate each replica's into one host buffer, reduce once, split.
@@ -87,13 +118,29 @@ std::vector<detail::UntypedTensor> StrategyExtended::batch_reduce_flat(
       }
     }
     detail::UntypedTensor result = detail::make_untyped(dtype, {total}, cpu0);
-    s_.cross_device_ops_->reduce(op, packed, result);
+    s_.cross_device_ops_->reduce(local_op, packed, result);
+    if (workers) {
+      std::vector<detail::UntypedTensor> one{result};
+      std::vector<int64_t> none;
+      workers->sum(one, none, timeout_s);
+      if (op == ReduceOp::MEAN && result.numel)
+        detail::backend_for(cpu0).divide(dtype, result.data(), result.numel, s_.num_replicas_in_sync());
+    }
     std::size_t offset = 0;
     for (std::size_t i : pack) {
       out[i] = detail::make_untyped(dtype, values[i][0].shape, cpu0);
       detail::copy_between(out[i].data(), cpu0, static_cast<unsigned char*>(result.data()) + offset, cpu0,
                            out[i].bytes());
       offset += out[i].bytes();
+    }
+  }
+  if (workers && !pack_results.empty()) {
+    // The single-tensor packs, summed across workers in one call.
+    std::vector<int64_t> none;
+    workers->sum(pack_results, none, timeout_s);
+    for (const auto& t : pack_results) {
+      if (op == ReduceOp::MEAN && t.numel)
+        detail::backend_for(cpu0).divide(t.dtype, t.data(), t.numel, s_.num_replicas_in_sync());
     }
   }
   return out;

@@ -8,6 +8,7 @@
 
 #include "collectives/collective_group.hpp"
 #include "runtime/replica_pool.hpp"
+#include "runtime/worker_stage.hpp"
 
 namespace mirrored::detail {
 
@@ -18,8 +19,9 @@ struct StrategyRuntime {
   // Written by set_collective_timeout_seconds while replica threads may read it.
   std::atomic<double> collective_timeout_s;
   CollectiveGroup group;
-  std::unique_ptr<ReplicaPool> pool;  // none for the default strategy, which runs inline
-  std::mutex run_mu;                  // one run at a time
+  std::unique_ptr<ReplicaPool> pool;     // none for the default strategy, which runs inline
+  std::shared_ptr<WorkerStage> workers;  // set by multi-worker strategies only
+  std::mutex run_mu;                     // one run at a time
   std::mutex failure_mu;
   std::exception_ptr first_failure;
   bool first_failure_aborted = false;  // first_failure is an AbortedError

@@ -30,7 +30,7 @@ VariablePlace locate_variable(const Strategy* owner, const std::string& name, co
   const auto& ts = thread_state();
   if (ts.replica && !is_default_context(ts.replica)) {
     Strategy& current = ts.replica->strategy();
-    if (&current == owner) return {true, ts.replica->replica_id_in_sync_group()};
+    if (&current == owner) return {true, local_replica_index(*ts.replica)};
     if (write) {
       throw FailedPreconditionError(str_cat("Mixing different tf.distribute.Strategy objects: variable '", name,
                                             "' belongs to ", owner ? owner->name() : std::string("no strategy"),

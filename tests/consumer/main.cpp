@@ -22,5 +22,9 @@ int main() {
 #if MIRRORED_CONSUMER_EIGEN
   if (eigen_sum() != 6.0f) return 1;
 #endif
+  // The multi-worker strategy links Gloo (privately): without TF_CONFIG it is one local worker.
+  mirrored::SimpleClusterResolver none(mirrored::ClusterSpec{}, "", 0);
+  mirrored::MultiWorkerMirroredStrategy mw({}, std::make_shared<mirrored::SimpleClusterResolver>(none), {"CPU:0"});
+  if (mw.num_replicas_in_sync() != 1) return 1;
   return total == 3 ? 0 : 1;
 }

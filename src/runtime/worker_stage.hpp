@@ -1,0 +1,74 @@
+#pragma once
+// Private: the cross-worker stage of a strategy whose replicas span several processes
+// (MultiWorkerMirroredStrategy, src/cluster/). The runtime is worker-aware at exactly the points
+// that call this interface; a strategy without one (MirroredStrategy) behaves as before.
+//
+// Why not a CrossDeviceOps decorator: besides the arithmetic, the runtime must know other
+// workers' shapes before it allocates outputs (all_gather, gather), other workers' element
+// counts before it divides (reduce MEAN along an axis), and variables need the chief's initial
+// values — none of which are CrossDeviceOps operations.
+//
+// Every call is collective across workers: all workers make the same calls in the same order.
+// Calls are made from one thread at a time per strategy (the calling thread, or one replica
+// thread of the local group), so an implementation may run them on a communication thread of its
+// own (asynchronous collectives) as long as it keeps that order.
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "mirrored/collective_step.hpp"
+#include "mirrored/cross_device_ops.hpp"
+#include "mirrored/detail/untyped_tensor.hpp"
+#include "mirrored/reduce_op.hpp"
+
+namespace mirrored::detail {
+
+class CollectiveGroup;
+
+class WorkerStage {
+ public:
+  virtual ~WorkerStage();
+
+  virtual int num_workers() const noexcept = 0;
+  /// This worker's rank: 0 is the chief.
+  virtual int worker_index() const noexcept = 0;
+
+  /// Replica context, called by every local replica thread inside a joined collective whose
+  /// local inputs were validated (`group` is null when the worker has one replica): fills every
+  /// local replica's outputs with the reduction of every replica of every worker — the local
+  /// replicas through `local` first, then across workers, then back to the local replicas.
+  virtual void all_reduce(ReduceOp op, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group) = 0;
+
+  /// Replica context `all_gather` (called like `all_reduce`): appends to `outs` the calling
+  /// replica's output, the concatenation along `axis` of every replica's input of every worker
+  /// in global replica order, after checking shapes across all of them.
+  virtual void all_gather(int axis, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group,
+                          std::vector<UntypedTensor>& outs) = 0;
+
+  /// Cross-replica context: checks that every worker makes the same call, described by
+  /// `signature` (op, structure, dtypes, shapes). \throws InvalidArgumentError naming the first
+  /// worker whose call differs from the chief's, showing both.
+  virtual void agree(const std::string& op, const std::string& signature, double timeout_s) = 0;
+
+  /// Cross-replica context: sums host tensors across workers in place (every worker passes the
+  /// same dtypes and shapes, checked by `agree` before), and `counts` element-wise.
+  virtual void sum(std::vector<UntypedTensor>& tensors, std::vector<int64_t>& counts, double timeout_s) = 0;
+
+  /// Cross-replica context: the concatenation along `axis` (negative counts from the end) of every
+  /// worker's `local_parts` (one per local replica), in global replica order, on the host.
+  /// \throws InvalidArgumentError (as `Strategy::gather`) naming global replica indices.
+  virtual UntypedTensor gather(const std::vector<UntypedTensor>& local_parts, int axis, double timeout_s) = 0;
+
+  /// Replaces `value` with the chief's (same dtype and shape on every worker, checked).
+  virtual void broadcast(UntypedTensor& value, double timeout_s) = 0;
+
+  /// `error` ended a `run` or a cross-replica call of this worker. Unless every worker raised it
+  /// together (different calls, dtypes or shapes across workers), the other workers now wait in
+  /// collectives this worker will not make: the job fails, and they get AbortedError naming this
+  /// worker at once instead of waiting for the timeout.
+  virtual void local_failure(const std::exception_ptr& error) noexcept = 0;
+};
+
+}  // namespace mirrored::detail

@@ -1,0 +1,168 @@
+// MultiWorkerMirroredStrategy across processes on 127.0.0.1: every collective with exact values
+// (Gloo over TCP, shared memory, the file store), calls that differ between workers, and the
+// faults — a worker killed, stopped, never joining, or leaving early.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include "cluster/process_harness.hpp"
+
+namespace mirrored {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Job;
+
+// Generous bounds for loaded machines and sanitizer builds; never a claim about speed.
+constexpr double kRunSeconds = 120;
+
+std::vector<std::string> worker(const std::string& scenario, std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv{MIRRORED_MW_WORKER, scenario};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+std::vector<int> ranks(int n) {
+  std::vector<int> out;
+  for (int r = 0; r < n; ++r) out.push_back(r);
+  return out;
+}
+
+const std::map<std::string, std::string> kTcp{{"MIRRORED_SHARED_MEMORY", "0"}};
+// Small slots: a 1.2 MB all-reduce crosses many of them.
+const std::map<std::string, std::string> kShm{{"MIRRORED_SHARED_MEMORY", "1"}, {"MIRRORED_SHM_SLOT_KB", "64"}};
+
+struct Config {
+  int workers;
+  int replicas;
+  bool shm;
+};
+
+class Collectives : public ::testing::TestWithParam<Config> {};
+
+TEST_P(Collectives, EveryCollectiveSpansTheWorkersWithExactValues) {
+  const Config c = GetParam();
+  Job job(c.workers, ranks(c.workers), worker("collectives", {"--replicas", std::to_string(c.replicas)}),
+          c.shm ? kShm : kTcp);
+  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  for (int w = 0; w < c.workers; ++w) {
+    EXPECT_EQ(job.code(w), 0) << job.outputs();
+    EXPECT_THAT(job.output(w), HasSubstr("OK worker " + std::to_string(w)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Clusters, Collectives,
+                         ::testing::Values(Config{2, 1, false}, Config{2, 2, true}, Config{3, 2, false},
+                                           Config{3, 1, true}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.workers) + "Workers" + std::to_string(info.param.replicas) +
+                                  "Replicas" + (info.param.shm ? "SharedMemory" : "Tcp");
+                         });
+
+TEST(MultiWorker, TheFileStoreWorksLikeTheChiefsStore) {
+  testing::TempDir dir;
+  Job job(2, ranks(2), worker("collectives", {"--replicas", "1"}),
+          {{"MIRRORED_STORE", "file:" + dir.path()}, {"MIRRORED_SHARED_MEMORY", "0"}});
+  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  EXPECT_EQ(job.code(0), 0) << job.outputs();
+  EXPECT_EQ(job.code(1), 0) << job.outputs();
+}
+
+TEST(MultiWorker, WorkersCallingDifferentCollectivesAllFail) {
+  Job job(2, ranks(2), worker("mismatch"), kTcp);
+  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  EXPECT_EQ(job.code(0), 0) << job.outputs();
+  EXPECT_EQ(job.code(1), 0) << job.outputs();
+}
+
+// A killed worker: every survivor gets UnavailableError naming it within 2 s (checked by the
+// workers), then FailedPreconditionError.
+class Kill : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(Kill, SurvivorsReportTheDeadWorker) {
+  const auto [victim, shm] = GetParam();
+  Job job(3, ranks(3), worker("kill", {"--victim", std::to_string(victim), "--step", "3", "--timeout", "60"}),
+          shm ? kShm : kTcp);
+  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  EXPECT_EQ(job.code(victim), -SIGKILL) << job.outputs();
+  for (int w = 0; w < 3; ++w) {
+    if (w == victim) continue;
+    EXPECT_EQ(job.code(w), 0) << job.outputs();
+    EXPECT_THAT(job.output(w), HasSubstr("UnavailableError")) << job.outputs();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Victims, Kill, ::testing::Values(std::make_tuple(2, false), std::make_tuple(0, false), std::make_tuple(1, true)),
+    [](const auto& info) {
+      return "Worker" + std::to_string(std::get<0>(info.param)) + (std::get<1>(info.param) ? "SharedMemory" : "Tcp");
+    });
+
+// Without the chief's store (which notices a dead worker's connections close), workers on one host
+// notice a peer's process is gone while they wait for it in shared memory.
+TEST(MultiWorker, ADeadWorkerIsNoticedInSharedMemoryWithTheFileStore) {
+  testing::TempDir dir;
+  Job job(2, ranks(2), worker("kill", {"--victim", "1", "--step", "2", "--timeout", "60"}),
+          {{"MIRRORED_STORE", "file:" + dir.path()}, {"MIRRORED_SHARED_MEMORY", "1"}});
+  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  EXPECT_EQ(job.code(1), -SIGKILL) << job.outputs();
+  EXPECT_EQ(job.code(0), 0) << job.outputs();
+  EXPECT_THAT(job.output(0), HasSubstr("its process")) << job.outputs();
+}
+
+// A worker whose step fails (its replica function throws) fails the job for the others at once.
+TEST(MultiWorker, AFailingReplicaFunctionAbortsTheOtherWorkers) {
+  Job job(3, ranks(3), worker("replica_throws", {"--victim", "1", "--step", "2", "--replicas", "2", "--timeout", "60"}),
+          kTcp);
+  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  for (int w = 0; w < 3; ++w) EXPECT_EQ(job.code(w), 0) << job.outputs();
+  EXPECT_THAT(job.output(0), HasSubstr("AbortedError")) << job.outputs();
+  EXPECT_THAT(job.output(1), HasSubstr("victim threw: boom")) << job.outputs();
+}
+
+// A stopped (hung) worker: DeadlineExceededError after the timeout, naming it.
+TEST(MultiWorker, AStoppedWorkerGivesDeadlineExceededAfterTheTimeout) {
+  Job job(3, ranks(3), worker("stop", {"--victim", "1", "--step", "2", "--timeout", "3"}), kTcp);
+  // The survivors report, then the stopped worker is killed (the chief's store serves until then).
+  job.wait_for_output(0, "OK", kRunSeconds);
+  ASSERT_TRUE(job.wait_for(2, kRunSeconds)) << job.outputs();
+  job.signal(1, SIGKILL);
+  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  for (int w : {0, 2}) {
+    EXPECT_EQ(job.code(w), 0) << job.outputs();
+    EXPECT_THAT(job.output(w), HasSubstr("DeadlineExceededError")) << job.outputs();
+    EXPECT_THAT(job.output(w), HasSubstr("worker 1 (")) << job.outputs();
+  }
+}
+
+TEST(MultiWorker, AStoppedWorkerOnSharedMemoryGivesDeadlineExceeded) {
+  Job job(2, ranks(2), worker("stop", {"--victim", "1", "--step", "2", "--timeout", "2"}), kShm);
+  job.wait_for_output(0, "OK", kRunSeconds);
+  job.signal(1, SIGKILL);
+  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  EXPECT_EQ(job.code(0), 0) << job.outputs();
+  EXPECT_THAT(job.output(0), HasSubstr("DeadlineExceededError")) << job.outputs();
+}
+
+TEST(MultiWorker, AWorkerThatNeverJoinsIsNamedAtStartUp) {
+  Job job(3, {0, 1}, worker("never_join", {"--victim", "2", "--timeout", "2"}), kTcp);
+  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  EXPECT_EQ(job.code(0), 0) << job.outputs();
+  EXPECT_EQ(job.code(1), 0) << job.outputs();
+}
+
+TEST(MultiWorker, AChiefThatNeverJoinsIsNamedAtStartUp) {
+  Job job(2, {1}, worker("never_join", {"--victim", "0", "--timeout", "2"}), kTcp);
+  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  EXPECT_EQ(job.code(1), 0) << job.outputs();
+}
+
+TEST(MultiWorker, AWorkerLeavingEarlyFailsTheOthersNextCollective) {
+  Job job(2, ranks(2), worker("leave_early", {"--victim", "1", "--step", "3", "--timeout", "60"}), kTcp);
+  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  EXPECT_EQ(job.code(0), 0) << job.outputs();
+  EXPECT_EQ(job.code(1), 0) << job.outputs();
+}
+
+}  // namespace
+}  // namespace mirrored
