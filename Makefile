@@ -5,11 +5,13 @@
 #   make tsan   - ThreadSanitizer build + ctest
 #   make cuda   - CUDA/NCCL backend build + ctest (GPU tests skip without a GPU)
 #   make bench  - release build, run every benchmark
+#   make bench-report - on an idle machine: every benchmark + TensorFlow side by side, tables,
+#                 charts (docs/img/) and the generated block of docs/performance.md (bench/run_all.sh)
 #   make clean  - remove build/
 
 JOBS ?= 2
 
-.PHONY: all deps demo test asan tsan cuda bench clean
+.PHONY: all deps demo test asan tsan cuda bench bench-report clean
 
 all: test
 
@@ -51,6 +53,9 @@ bench: deps
 	  found=1; echo "==> $$b"; "$$b"; \
 	done; \
 	if [ "$$found" = 0 ]; then echo "no benchmarks built (is libbenchmark-dev installed?)" >&2; exit 1; fi
+
+bench-report: deps
+	bash bench/run_all.sh --jobs $(JOBS)
 
 clean:
 	rm -rf build
