@@ -8,12 +8,14 @@
 #                 under ThreadSanitizer (MIRRORED_SIMULATED_GPUS; see docs/gpu.md)
 #   make cuda   - CUDA/NCCL backend build + ctest (GPU tests skip without a GPU)
 #   make bench  - release build, run every benchmark
+#   make bench-report - on an idle machine: every benchmark + TensorFlow side by side, tables,
+#                 charts (docs/img/) and the generated block of docs/performance.md (bench/run_all.sh)
 #   make clean  - remove build/
 
 JOBS ?= 2
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps demo test asan tsan simulated-gpus fuzz cuda bench clean
+.PHONY: all deps demo test asan tsan simulated-gpus fuzz cuda bench bench-report clean
 
 all: test
 
@@ -70,6 +72,9 @@ bench: deps
 	  found=1; echo "==> $$b"; "$$b"; \
 	done; \
 	if [ "$$found" = 0 ]; then echo "no benchmarks built (is libbenchmark-dev installed?)" >&2; exit 1; fi
+
+bench-report: deps
+	bash bench/run_all.sh --jobs $(JOBS)
 
 clean:
 	rm -rf build

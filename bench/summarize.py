@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Turns the JSON output of bench_all_reduce / bench_run_overhead into the Markdown tables of
+"""Turns the JSON output of the benchmarks (bench_all_reduce, bench_run_overhead,
+bench_apply_gradients, bench_input_pipeline, bench_checkpoint) into the Markdown tables of
 docs/performance.md.
 
     build/release/bench/bench_all_reduce --benchmark_repetitions=5 \
@@ -72,6 +73,55 @@ def run_table(benches):
               f"| {b['run_cpu_us']:.3g} | {b['barrier_cpu_us']:.3g} | {b['run_cores']:.2f} | {b['idle_cores']:.3f} |")
 
 
+def apply_gradients_table(benches):
+    print("| tensors | anchor ms | reduce packed | reduce unpacked | apply packed | apply unpacked |")
+    print("|---|---|---|---|---|---|")
+    for b in benches:
+        if not b["name"].startswith("BM_ApplyGradients"):
+            continue
+        tensors = b["name"].split("/")[1]
+        print(f"| {tensors} | {b['anchor_ms']:.3g} | {b['reduce_pk']:.2f} | {b['reduce_un']:.2f} "
+              f"| {b['apply_pk']:.2f} | {b['apply_un']:.2f} |")
+
+
+def input_pipeline_tables(benches):
+    print("| N | global batch | dist µs/step | anchor µs/step | ratio anchor/dist | ratio (median paired) "
+          "| GB/s | first step µs |")
+    print("|---|---|---|---|---|---|---|---|")
+    for b in benches:
+        if not b["name"].startswith("BM_DistributedThroughput"):
+            continue
+        a = args_of(b["name"])
+        print(f"| {a['replicas']} | {size_str(a['bytes'])} | {b['dist_us']:.3g} | {b['anchor_us']:.3g} "
+              f"| {b['ratio']:.2f} | {b['ratio_med']:.2f} | {b['dist_GBps']:.3g} | {b['start_us']:.3g} |")
+    print()
+    print("| input | step ms | input ms | compute ms | serial ms | step / max | step / sum | hidden |")
+    print("|---|---|---|---|---|---|---|---|")
+    for b in benches:
+        if not b["name"].startswith("BM_PrefetchOverlap"):
+            continue
+        a = args_of(b["name"])
+        kind = "waiting (io:1)" if a.get("io") else "CPU-bound (io:0)"
+        print(f"| {kind} | {b['step_ms']:.3g} | {b['input_ms']:.3g} | {b['compute_ms']:.3g} | {b['serial_ms']:.3g} "
+              f"| {b['ratio_max']:.2f} | {b['ratio_sum']:.2f} | {b['hidden']:.2f} |")
+
+
+def checkpoint_table(benches):
+    print("| operation | size | checkpoint ms | plain I/O ms | ratio plain/checkpoint | ratio (median paired) "
+          "| checkpoint GB/s | plain GB/s | CRC-32 GB/s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for b in benches:
+        a = args_of(b["name"])
+        if b["name"].startswith("BM_Save"):
+            print(f"| save (anchor: write + fsync + rename) | {size_str(a['bytes'])} | {b['save_ms']:.4g} "
+                  f"| {b['write_ms']:.4g} | {b['ratio']:.2f} | {b['ratio_med']:.2f} | {b['save_GBps']:.3g} "
+                  f"| {b['write_GBps']:.3g} | |")
+        elif b["name"].startswith("BM_Load"):
+            print(f"| load (anchor: read) | {size_str(a['bytes'])} | {b['load_ms']:.4g} | {b['read_ms']:.4g} "
+                  f"| {b['ratio']:.2f} | {b['ratio_med']:.2f} | {b['load_GBps']:.3g} | {b['read_GBps']:.3g} "
+                  f"| {b['crc_GBps']:.3g} |")
+
+
 def main(paths):
     if not paths:
         print(__doc__)
@@ -84,6 +134,12 @@ def main(paths):
             all_reduce_table(benches)
         if any(b["name"].startswith("BM_RunOverhead") for b in benches):
             run_table(benches)
+        if any(b["name"].startswith("BM_ApplyGradients") for b in benches):
+            apply_gradients_table(benches)
+        if any(b["name"].startswith("BM_DistributedThroughput") for b in benches):
+            input_pipeline_tables(benches)
+        if any(b["name"].startswith(("BM_Save", "BM_Load")) for b in benches):
+            checkpoint_table(benches)
         print()
     return 0
 

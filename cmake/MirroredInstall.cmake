@@ -50,6 +50,12 @@ if(_mirrored_type STREQUAL "STATIC_LIBRARY")
 else()
   set(MIRRORED_CONFIG_NEEDS_GLOO OFF)
 endif()
+# ... and zlib, which the library links privately.
+if(_mirrored_type STREQUAL "STATIC_LIBRARY")
+  set(MIRRORED_CONFIG_NEEDS_ZLIB ON)
+else()
+  set(MIRRORED_CONFIG_NEEDS_ZLIB OFF)
+endif()
 
 configure_package_config_file(
   "${PROJECT_SOURCE_DIR}/cmake/mirroredConfig.cmake.in"

@@ -5,18 +5,26 @@
 //   train_digits [--devices CPU:0,CPU:1] [--epochs 20] [--global-batch 32] [--optimizer sgd|adam]
 //                [--learning-rate X] [--seed 0] [--data data/digits.csv.gz] [--save model.safetensors]
 //                [--strategy mirrored|multi_worker]
+// (`--flag value` or `--flag=value`; `--help` lists them with their defaults.)
 //
 // --strategy multi_worker trains with MultiWorkerMirroredStrategy over the workers TF_CONFIG
 // names (--devices are each worker's own replicas; see tools/launch.sh); only the chief saves.
 #include <unistd.h>
 
+#include <charconv>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <mirrored/mirrored.hpp>
 #include <mirrored/variable_checkpoint.hpp>
 
@@ -34,61 +42,121 @@ struct Args {
   std::string save;
 };
 
-[[noreturn]] void usage(const std::string& error) {
-  const bool help = error.empty();
-  (help ? std::cout : std::cerr)
-      << (help ? "" : "train_digits: " + error + "\n")
-      << "usage: train_digits [--devices CPU:0,CPU:1] [--epochs N] [--global-batch N] [--optimizer sgd|adam]\n"
-      << "                    [--learning-rate X] [--seed N] [--data PATH] [--save PATH]\n"
-      << "                    [--strategy mirrored|multi_worker]\n";
-  std::exit(help ? 0 : 2);
+// A CLI11 validator (no text of its own in --help): `ok(value)` says whether the value is good.
+template <class Ok>
+CLI::Validator must_be(const std::string& what, Ok ok) {
+  return CLI::Validator([=](std::string& v) { return ok(v) ? std::string() : what + ", got '" + v + "'"; }, "");
 }
 
+bool is_uint(const std::string& v) { return !v.empty() && v.find_first_not_of("0123456789") == std::string::npos; }
+
+// Whether all of `v` is a number of type T (in range).
+template <class T>
+bool converts(const std::string& v, T& out) {
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  return ec == std::errc() && end == v.data() + v.size();
+}
+
+// Flags, checked before anything is printed: a mistake costs no training time. `--flag value` and
+// `--flag=value` both work; --help lists every flag with its default. Exits 2 on a usage error,
+// with a message naming the flag.
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") usage("");
-    if (i + 1 >= argc) usage("missing value after " + flag);
-    const std::string v = argv[++i];
-    try {
-      if (flag == "--devices") {
-        std::stringstream ss(v);
-        for (std::string d; std::getline(ss, d, ',');) a.devices.push_back(d);
-      } else if (flag == "--epochs")
-        a.cfg.epochs = std::stoi(v);
-      else if (flag == "--global-batch")
-        a.cfg.global_batch = std::stoll(v);
-      else if (flag == "--optimizer")
-        a.cfg.optimizer = v;
-      else if (flag == "--learning-rate")
-        a.cfg.learning_rate = std::stod(v);
-      else if (flag == "--seed")
-        a.cfg.seed = std::stoull(v);
-      else if (flag == "--data")
-        a.data = v;
-      else if (flag == "--save")
-        a.save = v;
-      else if (flag == "--strategy")
-        a.strategy = v;
-      else
-        usage("unknown flag " + flag);
-    } catch (const std::logic_error&) {
-      usage("bad value '" + v + "' for " + flag);
+  CLI::App app{"Trains a 64-64-10 MLP on the digits data set with MirroredStrategy and prints held-out accuracy.",
+               "train_digits"};
+  app.get_formatter()->column_width(26);
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return "train_digits: " + std::string(e.what()) + "\nRun 'train_digits --help' for the flags.\n";
+  });
+  auto dflt = [](const std::string& text, const auto& value) {
+    std::ostringstream os;
+    os << text << " (default: " << value << ")";
+    return os.str();
+  };
+  std::string devices;
+  app.add_option("--devices", devices,
+                 "Comma-separated replica devices, e.g. CPU:0,CPU:1 (default: every GPU, else CPU:0,CPU:1)")
+      ->type_name("LIST");
+  app.add_option("--epochs", a.cfg.epochs, dflt("Passes over the training set", a.cfg.epochs))
+      ->type_name("N")
+      ->check(must_be("must be a positive integer", [](const std::string& v) {
+        int x = 0;
+        return is_uint(v) && converts(v, x) && x >= 1;
+      }));
+  app.add_option("--global-batch", a.cfg.global_batch,
+                 dflt("Examples per step, over all replicas; at least the number of replicas", a.cfg.global_batch))
+      ->type_name("N")
+      ->check(must_be("must be a positive integer", [](const std::string& v) {
+        int64_t x = 0;
+        return is_uint(v) && converts(v, x) && x >= 1;
+      }));
+  app.add_option("--optimizer", a.cfg.optimizer, dflt("sgd or adam", a.cfg.optimizer))
+      ->type_name("NAME")
+      ->check(must_be("must be sgd or adam", [](const std::string& v) { return v == "sgd" || v == "adam"; }));
+  app.add_option("--learning-rate", a.cfg.learning_rate, "Step size (default: 0.5 for sgd, 0.01 for adam)")
+      ->type_name("X")
+      ->check(must_be("must be a positive finite number", [](const std::string& v) {
+        double x = 0;
+        return converts(v, x) && std::isfinite(x) && x > 0;
+      }));
+  app.add_option("--seed", a.cfg.seed,
+                 dflt("Seed of the initial weights, the held-out split and the shuffling", a.cfg.seed))
+      ->type_name("N")
+      ->check(must_be("must be a non-negative integer", [](const std::string& v) {
+        uint64_t x = 0;
+        return is_uint(v) && converts(v, x);
+      }));
+  app.add_option("--data", a.data, dflt("The digits CSV, gzip-compressed or plain", a.data))
+      ->type_name("PATH")
+      ->check(must_be("must be an existing file", [](const std::string& v) {
+        std::error_code ec;
+        return std::filesystem::is_regular_file(v, ec);
+      }));
+  app.add_option("--save", a.save, "Save the trained variables to this safetensors file (default: do not save)")
+      ->type_name("PATH")
+      ->check(must_be("must be in an existing directory", [](const std::string& v) {
+        const std::filesystem::path dir = std::filesystem::path(v).parent_path();
+        std::error_code ec;
+        return dir.empty() || std::filesystem::is_directory(dir, ec);
+      }));
+  app.add_option("--strategy", a.strategy,
+                 dflt("mirrored, or multi_worker for the workers TF_CONFIG names (see tools/launch.sh)", a.strategy))
+      ->type_name("NAME")
+      ->check(must_be("must be mirrored or multi_worker",
+                      [](const std::string& v) { return v == "mirrored" || v == "multi_worker"; }));
+  app.allow_extras();  // reported below, in the order given (CLI11 lists them reversed)
+  try {
+    app.parse(argc, argv);
+    if (const auto extra = app.remaining(); !extra.empty()) {
+      throw CLI::ExtrasError(
+          extra[0].rfind('-', 0) == 0 ? "unknown flag " + extra[0] : "unexpected argument '" + extra[0] + "'",
+          CLI::ExitCodes::ExtrasError);
     }
-  }
-  if (a.cfg.epochs < 1) usage("--epochs must be at least 1");
-  if (a.strategy != "mirrored" && a.strategy != "multi_worker") usage("--strategy must be mirrored or multi_worker");
-  if (a.devices.empty()) {
-    // All GPUs, else two CPU replicas.
-    for (const auto& d : mirrored::list_logical_devices(mirrored::DeviceType::GPU)) a.devices.push_back(d.short_name());
-    if (a.devices.empty()) a.devices = {"CPU:0", "CPU:1"};
+    if (devices.empty()) {
+      // All GPUs, else two CPU replicas.
+      for (const auto& d : mirrored::list_logical_devices(mirrored::DeviceType::GPU))
+        a.devices.push_back(d.short_name());
+      if (a.devices.empty()) a.devices = {"CPU:0", "CPU:1"};
+    } else {
+      std::stringstream ss(devices);
+      for (std::string d; std::getline(ss, d, ',');) a.devices.push_back(d);
+    }
+    if (a.cfg.global_batch < static_cast<int64_t>(a.devices.size()))
+      throw CLI::ValidationError("--global-batch", std::to_string(a.cfg.global_batch) +
+                                                       " is less than the number of replicas (" +
+                                                       std::to_string(a.devices.size()) + ")");
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // --help: the help on stdout, 0; else the error on stderr
+    std::exit(rc == 0 ? 0 : 2);
   }
   return a;
 }
 
+bool g_progress_line_open = false;  // a progress bar without its newline yet
+
 // A progress bar that redraws in place on a terminal; plain lines otherwise.
 void show(const digits::EpochReport& r, int epochs, bool tty) {
+  g_progress_line_open = tty && !r.done;
   if (tty) {
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(kWidth * r.step / r.steps);
@@ -134,6 +202,8 @@ int main(int argc, char** argv) {
       std::printf("saved checkpoint to %s\n", args.save.c_str());
     }
   } catch (const mirrored::Error& e) {
+    if (g_progress_line_open) std::printf("\n");
+    std::fflush(stdout);
     std::cerr << "train_digits: " << mirrored::error_code_name(e.code()) << ": " << e.what() << "\n";
     return 1;
   }

@@ -6,7 +6,9 @@
 #
 # Then, best effort (never failing the script): Python's `safetensors` and
 # `numpy` packages from PyPI, which the checkpoint tests use to check that our
-# files load in Python (those tests skip when the packages are unavailable).
+# files load in Python (those tests skip when the packages are unavailable),
+# and Debian's python3-matplotlib, which bench/plot.py draws the charts of
+# docs/performance.md with.
 set -euo pipefail
 
 packages=(
@@ -19,6 +21,7 @@ packages=(
   libbenchmark-dev
   libeigen3-dev
   zlib1g-dev
+  libcli11-dev
   libgloo-dev
   # The fuzz preset (make fuzz): clang with libFuzzer and the sanitizer runtimes.
   clang-14
@@ -89,5 +92,41 @@ install_python_safetensors() {
   return 0
 }
 
+# Best effort: Debian's matplotlib for bench/plot.py (which runs under /usr/bin/python3 when the
+# python3 on PATH lacks matplotlib).
+install_matplotlib() {
+  local py
+  for py in python3 /usr/bin/python3; do
+    if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import matplotlib' >/dev/null 2>&1; then
+      echo "install-deps: $py has matplotlib"
+      return 0
+    fi
+  done
+  if is_installed python3-matplotlib; then
+    echo "install-deps: python3-matplotlib is installed, but no python3 here imports it; bench/plot.py will not run"
+    return 0
+  fi
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then sudo=(sudo); else
+      echo "install-deps: need root or sudo to install python3-matplotlib; bench/plot.py will not run"
+      return 0
+    fi
+  fi
+  echo "install-deps: installing python3-matplotlib (best effort)"
+  # (apt's lists may be stale when every build dependency was already there: update and retry once.)
+  if DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends python3-matplotlib \
+       </dev/null >/dev/null 2>&1 ||
+     { "${sudo[@]}" apt-get update >/dev/null 2>&1 &&
+       DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends python3-matplotlib \
+         </dev/null >/dev/null 2>&1; }; then
+    echo "install-deps: python3-matplotlib installed"
+  else
+    echo "install-deps: could not install python3-matplotlib; bench/plot.py will not run"
+  fi
+  return 0
+}
+
 install_debian_packages
 install_python_safetensors || true
+install_matplotlib || true

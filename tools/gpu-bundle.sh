@@ -3,7 +3,7 @@
 # the CUDA toolkit, CMake and Ninja but nothing else and cannot download anything: everything
 # the `cuda` preset's configure finds with find_package besides the toolkit and Threads, i.e.
 # Eigen's headers, GoogleTest's sources (built there, so its C++ library matches that machine's
-# compiler), Google Benchmark and a static zlib. Everything comes from this machine's Debian
+# compiler), Google Benchmark, a static zlib and CLI11's headers (the examples' flags). Everything comes from this machine's Debian
 # packages (scripts/install-deps.sh installs them) and lands in .gpu-bundle/ (ignored by git,
 # about 15 MB). gpu-check.sh uses it when present.
 #
@@ -26,7 +26,8 @@ need() {
 need /usr/include/eigen3/Eigen/Core /usr/share/eigen3/cmake/Eigen3Config.cmake \
   /usr/src/googletest/CMakeLists.txt \
   /usr/include/benchmark/benchmark.h "$ARCH_LIB/cmake/benchmark/benchmarkConfig.cmake" \
-  /usr/include/zlib.h /usr/include/zconf.h "$ARCH_LIB/libz.a"
+  /usr/include/zlib.h /usr/include/zconf.h "$ARCH_LIB/libz.a" \
+  /usr/include/CLI/CLI.hpp /usr/share/cmake/CLI11/CLI11Config.cmake
 
 rm -rf "$BUNDLE"
 P="$BUNDLE/prefix"
@@ -48,10 +49,15 @@ cp -r "$ARCH_LIB/cmake/benchmark" "$P/lib/x86_64-linux-gnu/cmake/"
 cp /usr/include/zlib.h /usr/include/zconf.h "$P/include/"
 cp "$ARCH_LIB/libz.a" "$P/lib/"
 
+# CLI11: header-only; its package config finds the headers relative to itself.
+mkdir -p "$P/share/cmake"
+cp -r /usr/include/CLI "$P/include/"
+cp -r /usr/share/cmake/CLI11 "$P/share/cmake/"
+
 {
   # shellcheck source=/dev/null
   echo "packed on $(date -u +%Y-%m-%dT%H:%MZ) from $(. /etc/os-release && echo "$PRETTY_NAME")"
-  for pkg in libeigen3-dev googletest libbenchmark-dev zlib1g-dev; do
+  for pkg in libeigen3-dev googletest libbenchmark-dev zlib1g-dev libcli11-dev; do
     dpkg-query -W -f='${Package} ${Version}\n' "$pkg" 2>/dev/null || echo "$pkg ?"
   done
   # The one prebuilt shared library: the GPU machine's C library and libstdc++ must be at least

@@ -6,7 +6,7 @@
 # and exit 0 only when every required check passed on a GPU. The whole run stops itself after
 # GPU_CHECK_SECONDS (default 540), so it fits one 10-minute device call.
 #
-#   tools/gpu-bundle.sh                  # development machine: pack Eigen, GoogleTest, Benchmark, zlib
+#   tools/gpu-bundle.sh                  # development machine: pack Eigen, GoogleTest, Benchmark, zlib, CLI11
 #   tools/gpu-check.sh [--copy-to DIR]   # GPU machine: DIR gets summary.md and gpu-check-logs.tar.gz
 #   tools/gpu-check.sh --self-test       # anywhere, in a second: the decisions against recorded runs
 #   tools/gpu-check.sh --decide DIR      # the decisions again over the records of a run (gpu-check/)
@@ -639,7 +639,7 @@ CPP
 do_deps() {
   say "dependencies"
   if [ ! -d "$BUNDLE" ]; then
-    echo "system packages (no .gpu-bundle/: Eigen, GoogleTest, Google Benchmark and zlib must be installed here)" >"$L/deps.txt"
+    echo "system packages (no .gpu-bundle/: Eigen, GoogleTest, Google Benchmark, zlib and CLI11 must be installed here)" >"$L/deps.txt"
     echo 0 >"$L/deps.rc"
     cat "$L/deps.txt"
     return
@@ -648,7 +648,8 @@ do_deps() {
   local lib="$P/lib/x86_64-linux-gnu/libbenchmark.so"
   for f in "$BUNDLE/MANIFEST" "$P/include/eigen3/Eigen/Core" "$P/share/eigen3/cmake/Eigen3Config.cmake" \
     "$BUNDLE/googletest/CMakeLists.txt" "$P/include/benchmark/benchmark.h" \
-    "$P/lib/x86_64-linux-gnu/cmake/benchmark/benchmarkConfig.cmake" "$lib" "$P/include/zlib.h" "$P/lib/libz.a"; do
+    "$P/lib/x86_64-linux-gnu/cmake/benchmark/benchmarkConfig.cmake" "$lib" "$P/include/zlib.h" "$P/lib/libz.a" \
+    "$P/include/CLI/CLI.hpp" "$P/share/cmake/CLI11/CLI11Config.cmake"; do
     [ -e "$f" ] || missing+=("${f#"$ROOT"/}")
   done
   if [ "${#missing[@]}" -gt 0 ]; then
@@ -682,7 +683,7 @@ do_deps() {
   fi
   CMAKE_ARGS+=(-DEigen3_DIR="$P/share/eigen3/cmake" -DGTest_DIR="$DEPS/prefix/lib/cmake/GTest"
     -Dbenchmark_DIR="$P/lib/x86_64-linux-gnu/cmake/benchmark"
-    -DZLIB_INCLUDE_DIR="$P/include" -DZLIB_LIBRARY="$P/lib/libz.a")
+    -DZLIB_INCLUDE_DIR="$P/include" -DZLIB_LIBRARY="$P/lib/libz.a" -DCLI11_DIR="$P/share/cmake/CLI11")
   cat "$L/deps.txt"
 }
 

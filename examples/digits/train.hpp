@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -50,6 +51,9 @@ struct TrainResult {
   double seconds = 0;
 };
 
+/// Trains for `cfg.epochs` epochs; `report` is called after every step.
+/// \throws mirrored::InvalidArgumentError for a bad optimizer name or a global batch smaller than
+/// the number of replicas, and as soon as a step's loss is NaN or infinite (training stops there).
 inline TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainConfig& cfg,
                          const std::function<void(const EpochReport&)>& report = {}) {
   using namespace mirrored;
@@ -119,9 +123,14 @@ inline TrainResult train(mirrored::Strategy& strategy, const Split& data, const 
       // replicas hold only their slices of it.
       const int64_t b = std::min(cfg.global_batch, train_n - step * cfg.global_batch);
       auto losses = strategy.run(step_fn, batch, b);
-      loss_sum += strategy.reduce(ReduceOp::SUM, losses, std::nullopt);
-      seen += b;
+      const double step_loss = strategy.reduce(ReduceOp::SUM, losses, std::nullopt);
       ++step;
+      // Once the loss is NaN or infinite, so are the weights: every further step is wasted.
+      MIRRORED_ENFORCE(std::isfinite(step_loss), InvalidArgumentError, "training stopped: the loss became ",
+                       std::isnan(step_loss) ? "NaN" : "infinite", " at epoch ", epoch, ", step ", step, " of ", steps,
+                       " (diverged; try a smaller learning rate)");
+      loss_sum += step_loss;
+      seen += b;
       if (report) {
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
         report({epoch, step, steps, loss_sum / static_cast<double>(seen), secs > 0 ? seen / secs : 0, step == steps});

@@ -7,6 +7,7 @@
 #include "variables/checkpoint_header.hpp"
 
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <array>
@@ -33,24 +34,21 @@ namespace {
 
 std::atomic<CheckpointFaultHook> g_fault_hook{nullptr};
 
-constexpr std::array<std::uint32_t, 256> make_crc_table() {
-  std::array<std::uint32_t, 256> table{};
-  for (std::uint32_t i = 0; i < 256; ++i) {
-    std::uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1u) ? (0xEDB88320u ^ (c >> 1)) : (c >> 1);
-    table[i] = c;
-  }
-  return table;
-}
-constexpr std::array<std::uint32_t, 256> kCrcTable = make_crc_table();
-
 }  // namespace
 
 std::uint32_t checkpoint_crc32(std::uint32_t crc, const void* data, std::size_t bytes) noexcept {
-  const auto* p = static_cast<const unsigned char*>(data);
-  std::uint32_t c = crc ^ 0xFFFFFFFFu;
-  for (std::size_t i = 0; i < bytes; ++i) c = kCrcTable[(c ^ p[i]) & 0xFFu] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
+  // zlib's crc32 (same polynomial and conventions) is several times faster than a byte-at-a-time
+  // table; it takes a uInt length, so feed it in pieces that fit.
+  constexpr std::size_t kMaxPiece = std::size_t{1} << 30;
+  const auto* p = static_cast<const Bytef*>(data);
+  uLong c = crc;
+  while (bytes > 0) {
+    const std::size_t piece = std::min(bytes, kMaxPiece);
+    c = ::crc32(c, p, static_cast<uInt>(piece));
+    p += piece;
+    bytes -= piece;
+  }
+  return static_cast<std::uint32_t>(c);
 }
 
 CheckpointFaultHook set_checkpoint_fault_hook(CheckpointFaultHook hook) noexcept { return g_fault_hook.exchange(hook); }
@@ -70,6 +68,8 @@ using detail::str_cat;
 /// The safetensors reader (Rust) refuses headers larger than this; so do we.
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr std::string_view kChecksumPrefix = "crc32:";
+/// Loading reads and checksums the data in pieces of this size (small enough to stay in L2).
+constexpr std::size_t kCrcPieceBytes = std::size_t{256} << 10;
 
 // --- I/O helpers -----------------------------------------------------------------------------
 
@@ -320,9 +320,13 @@ Checkpoint load(const std::string& path, const LoadOptions& options) {
     detail::UntypedTensor u = detail::make_untyped(t->dtype, t->shape, cpu0);
     const std::size_t bytes = u.bytes();
     auto* dst = static_cast<unsigned char*>(u.data());
-    MIRRORED_ENFORCE(read_full(fd.fd(), dst, bytes, path) == bytes, InvalidArgumentError, prefix(path),
-                     "truncated while reading tensor ", quoted(t->name), " (the file changed?)");
-    crc = detail::checkpoint_crc32(crc, dst, bytes);
+    // Checksummed piece by piece right after each read, while the piece is still in cache.
+    for (std::size_t off = 0; off < bytes; off += kCrcPieceBytes) {
+      const std::size_t piece = std::min(kCrcPieceBytes, bytes - off);
+      MIRRORED_ENFORCE(read_full(fd.fd(), dst + off, piece, path) == piece, InvalidArgumentError, prefix(path),
+                       "truncated while reading tensor ", quoted(t->name), " (the file changed?)");
+      crc = detail::checkpoint_crc32(crc, dst + off, piece);
+    }
     tensors.emplace(t->name, std::move(u));
   }
   if (expected_crc) {

@@ -1,5 +1,6 @@
 // The digits training loop: replica counts change only the order of sums, so 1, 2 and 4
 // replicas train to the same weights; and it learns.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -63,6 +64,26 @@ TEST(TrainDigits, LearnsTheHeldOutSet) {
   cfg.epochs = 20;
   const auto result = digits::train(s, data(), cfg);
   EXPECT_GE(result.test_accuracy, 0.95);
+}
+
+TEST(TrainDigits, StopsAtTheFirstStepWhoseLossIsNotFinite) {
+  // A step size of 1e30 blows the weights up at once; the loss is NaN or infinite within a few steps.
+  mirrored::MirroredStrategy s({"CPU:0", "CPU:1"});
+  digits::TrainConfig cfg;
+  cfg.epochs = 3;
+  cfg.learning_rate = 1e30;
+  int64_t reported = 0;
+  try {
+    digits::train(s, data(), cfg, [&](const digits::EpochReport& r) {
+      ++reported;
+      EXPECT_TRUE(std::isfinite(r.mean_loss)) << "epoch " << r.epoch << " step " << r.step;
+    });
+    FAIL() << "training went on with a non-finite loss";
+  } catch (const mirrored::InvalidArgumentError& e) {
+    EXPECT_THAT(std::string(e.what()), ::testing::AllOf(::testing::HasSubstr("training stopped: the loss became"),
+                                                        ::testing::HasSubstr("epoch 1, step")));
+  }
+  EXPECT_LT(reported, 45) << "stopped only after the first epoch";  // 1438 / 32 = 45 steps per epoch
 }
 
 }  // namespace

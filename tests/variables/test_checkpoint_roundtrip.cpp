@@ -28,6 +28,18 @@ TEST(CheckpointCrc32, MatchesZlibCheckValues) {
   EXPECT_EQ(detail::checkpoint_crc32(part, "56789", 5), 0xCBF43926u);
 }
 
+TEST(CheckpointCrc32, MatchesZlibOnSeveralMegabytes) {
+  // zlib.crc32(bytes(i % 251 for i in range((3 << 20) + 5))) in Python.
+  std::vector<unsigned char> v((std::size_t{3} << 20) + 5);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<unsigned char>(i % 251);
+  EXPECT_EQ(detail::checkpoint_crc32(0, v.data(), v.size()), 0x454448A1u);
+  // In uneven pieces, as save and load feed it.
+  std::uint32_t crc = 0;
+  for (std::size_t off = 0, piece = 1; off < v.size(); off += piece, piece = piece * 3 + 7)
+    crc = detail::checkpoint_crc32(crc, v.data() + off, std::min(piece, v.size() - off));
+  EXPECT_EQ(crc, 0x454448A1u);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Round trips
 // ---------------------------------------------------------------------------------------------
@@ -133,6 +145,27 @@ TEST_F(CheckpointFormat, RoundTripsTensorsLargerThanOneWriteChunk) {
   const auto ck = checkpoint::load(p);
   EXPECT_EQ(ck.get<float>("big").to_vector(), v);
   EXPECT_EQ(ck.get<uint8_t>("small").to_vector(), (std::vector<uint8_t>{1, 2, 3}));
+}
+
+TEST_F(CheckpointFormat, FlippedByteDeepInsideALargeTensorFailsTheChecksum) {
+  // Load checksums a large tensor piece by piece; every piece counts, the last partial one too.
+  const std::size_t n = detail::kCheckpointChunkBytes / sizeof(float) + 77;
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 1000);
+  const std::string good = file("large.safetensors");
+  checkpoint::save_tensors(good, {{"w", untyped(Tensor<float>::from_vector(v, {static_cast<int64_t>(n)}))}});
+  EXPECT_EQ(checkpoint::load(good).get<float>("w").to_vector(), v);
+  const std::string bytes = read_file(good);
+  const std::size_t data_start = bytes.size() - n * sizeof(float);
+  for (std::size_t at : {data_start + (std::size_t{600} << 10), bytes.size() - 5}) {
+    std::string bad = bytes;
+    bad[at] ^= 0x01;
+    const std::string p = file("large_flip.safetensors");
+    write_file(p, bad);
+    EXPECT_THAT(error_of<InvalidArgumentError>([&] { checkpoint::load(p); }),
+                AllOf(HasSubstr(p), HasSubstr("checksum mismatch")))
+        << "flipped byte at " << at;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

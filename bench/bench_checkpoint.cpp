@@ -1,0 +1,250 @@
+// checkpoint::save_tensors and checkpoint::load of one float tensor of S bytes, reported as ratios
+// to a plain write / read of the same bytes, measured in the same process on the same file system.
+//
+//   save:    checkpoint::save_tensors(path, {"w": x}): header, data with its CRC-32, fsync, rename
+//            over the previous file, fsync of the directory.
+//   write:   (anchor) the same file's bytes (taken from the saved file once) written to a second
+//            path's temporary file in one buffer, fsync, rename over the previous file.
+//   load:    checkpoint::load(path): header parsed and validated, data read into a fresh host
+//            tensor with its CRC-32 checked; the result is dropped.
+//   read:    (anchor) open the saved file, read all of it into a buffer allocated once, close.
+//
+// Save and write alternate within each benchmark iteration (order flipped every iteration), as do
+// load and read, so both see the same page cache and disk state. Manual time = save (load). Counters:
+//   save_ms, write_ms / load_ms, read_ms   mean wall time of one call of each
+//   ratio        write_ms / save_ms (read_ms / load_ms): 1.0 = as fast as the plain I/O (target >= 0.8)
+//   ratio_med    median over iterations of the paired ratio of the same iteration
+//   save_GBps, write_GBps / load_GBps, read_GBps   file bytes per second
+//   crc_GBps     (load) the checksum alone over the loaded bytes, for reference
+//
+// Files go to $MIRRORED_BENCH_DIR, else the system's temporary directory ($TMPDIR, else /tmp): put
+// it on the file system whose speed matters (a tmpfs makes fsync free). See bench/README.md.
+#include <benchmark/benchmark.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <mirrored/checkpoint.hpp>
+#include <mirrored/tensor.hpp>
+
+namespace {
+
+using mirrored::Tensor;
+using Clock = std::chrono::steady_clock;
+namespace ckpt = mirrored::checkpoint;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+[[noreturn]] void fail(const std::string& what, const std::string& path) {
+  throw std::runtime_error("bench_checkpoint: " + what + " " + path + ": " + std::strerror(errno));
+}
+
+/// A fresh directory for this process's files, removed at exit.
+class BenchDir {
+ public:
+  BenchDir() {
+    const char* env = std::getenv("MIRRORED_BENCH_DIR");
+    const std::filesystem::path base =
+        env && *env ? std::filesystem::path(env) : std::filesystem::temp_directory_path();
+    dir_ = base / ("mirrored_bench_checkpoint." + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  ~BenchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string file(const std::string& name) const { return (dir_ / name).string(); }
+  const std::filesystem::path& path() const { return dir_; }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+BenchDir& bench_dir() {
+  static BenchDir dir;
+  return dir;
+}
+
+std::vector<char> read_file(const std::string& path) {
+  std::vector<char> bytes(std::filesystem::file_size(path));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("opening", path);
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("reading", path);
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  return bytes;
+}
+
+/// The anchor of save: write `bytes` to `<path>.tmp`, fsync, rename over `path`.
+void plain_write(const std::string& path, const std::vector<char>& bytes) {
+  const std::string temp = path + ".tmp";
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("creating", temp);
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("writing", temp);
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("fsyncing", temp);
+  if (::close(fd) != 0) fail("closing", temp);
+  if (::rename(temp.c_str(), path.c_str()) != 0) fail("renaming", temp);
+}
+
+/// The anchor of load: read all of `path` into `buffer` (allocated once by the caller).
+void plain_read(const std::string& path, std::vector<char>& buffer) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("opening", path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail("stat of", path);
+  const auto size = static_cast<std::size_t>(st.st_size);
+  if (buffer.size() < size) buffer.resize(size);
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::read(fd, buffer.data() + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("reading", path);
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+}
+
+/// One float tensor of `bytes` bytes with varied contents (so the checksum sees real data).
+ckpt::TensorMap model_of(int64_t bytes) {
+  Tensor<float> w = Tensor<float>::zeros({bytes / static_cast<int64_t>(sizeof(float))});
+  float* p = w.data();
+  for (int64_t i = 0; i < w.numel(); ++i) p[i] = static_cast<float>(i % 1000) * 0.25f;
+  return {{"w", ckpt::untyped(w)}};
+}
+
+void BM_Save(benchmark::State& state) {
+  const int64_t bytes = state.range(0);
+  const ckpt::TensorMap model = model_of(bytes);
+  const std::string path = bench_dir().file("save.safetensors");
+  const std::string anchor_path = bench_dir().file("write.bin");
+  ckpt::save_tensors(path, model);  // warm-up, and the bytes the anchor writes
+  const std::vector<char> file_bytes = read_file(path);
+  plain_write(anchor_path, file_bytes);
+
+  double save_total = 0, write_total = 0;
+  std::vector<double> paired;
+  int64_t iters = 0;
+  for (auto _ : state) {
+    double t_save = 0, t_write = 0;
+    for (int k = 0; k < 2; ++k) {
+      const bool do_save = ((iters + k) % 2) == 0;
+      const auto t0 = Clock::now();
+      if (do_save) {
+        ckpt::save_tensors(path, model);
+        t_save = seconds(Clock::now() - t0);
+      } else {
+        plain_write(anchor_path, file_bytes);
+        t_write = seconds(Clock::now() - t0);
+      }
+    }
+    save_total += t_save;
+    write_total += t_write;
+    paired.push_back(t_write / t_save);
+    state.SetIterationTime(t_save);
+    ++iters;
+  }
+  if (iters == 0) return;
+  const double n = static_cast<double>(iters);
+  const double file_size = static_cast<double>(file_bytes.size());
+  state.counters["save_ms"] = save_total / n * 1e3;
+  state.counters["write_ms"] = write_total / n * 1e3;
+  state.counters["ratio"] = write_total / save_total;
+  state.counters["ratio_med"] = median(paired);
+  state.counters["save_GBps"] = file_size * n / save_total * 1e-9;
+  state.counters["write_GBps"] = file_size * n / write_total * 1e-9;
+}
+
+void BM_Load(benchmark::State& state) {
+  const int64_t bytes = state.range(0);
+  const std::string path = bench_dir().file("load.safetensors");
+  {
+    const ckpt::TensorMap model = model_of(bytes);
+    ckpt::save_tensors(path, model);
+    // The check before timing: what load returns is what was saved.
+    const ckpt::Checkpoint loaded = ckpt::load(path);
+    const Tensor<float> w = loaded.get<float>("w");
+    if (w.numel() != bytes / 4 || std::memcmp(w.data(), model.at("w").data(), static_cast<std::size_t>(bytes)) != 0)
+      throw std::runtime_error("bench_checkpoint: load returned different data");
+  }
+  std::vector<char> buffer;
+  plain_read(path, buffer);  // warm-up: the file is in the page cache for both from here on
+
+  double load_total = 0, read_total = 0;
+  std::vector<double> paired;
+  int64_t iters = 0;
+  for (auto _ : state) {
+    double t_load = 0, t_read = 0;
+    for (int k = 0; k < 2; ++k) {
+      const bool do_load = ((iters + k) % 2) == 0;
+      const auto t0 = Clock::now();
+      if (do_load) {
+        {
+          const ckpt::Checkpoint c = ckpt::load(path);
+          benchmark::DoNotOptimize(c.tensors().size());
+        }
+        t_load = seconds(Clock::now() - t0);
+      } else {
+        plain_read(path, buffer);
+        benchmark::DoNotOptimize(buffer.data());
+        t_read = seconds(Clock::now() - t0);
+      }
+    }
+    load_total += t_load;
+    read_total += t_read;
+    paired.push_back(t_read / t_load);
+    state.SetIterationTime(t_load);
+    ++iters;
+  }
+  if (iters == 0) return;
+  // The checksum alone, over the bytes just read (after the loop: it is not part of the ratio).
+  const auto c0 = Clock::now();
+  benchmark::DoNotOptimize(mirrored::detail::checkpoint_crc32(0, buffer.data(), buffer.size()));
+  const double t_crc = seconds(Clock::now() - c0);
+  const double n = static_cast<double>(iters);
+  const double file_size = static_cast<double>(std::filesystem::file_size(path));
+  state.counters["load_ms"] = load_total / n * 1e3;
+  state.counters["read_ms"] = read_total / n * 1e3;
+  state.counters["ratio"] = read_total / load_total;
+  state.counters["ratio_med"] = median(paired);
+  state.counters["load_GBps"] = file_size * n / load_total * 1e-9;
+  state.counters["read_GBps"] = file_size * n / read_total * 1e-9;
+  state.counters["crc_GBps"] = file_size / t_crc * 1e-9;
+}
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+BENCHMARK(BM_Save)->ArgName("bytes")->Arg(64 * kMiB)->Arg(256 * kMiB)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Load)->ArgName("bytes")->Arg(64 * kMiB)->Arg(256 * kMiB)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Draws the charts of docs/performance.md from the benchmarks' JSON output (PNG, matplotlib).
+
+    python3 bench/plot.py --all-reduce all_reduce.json --run-overhead run_overhead.json \\
+        --tf-compare tf_compare.json --out docs/img
+
+  all_reduce.png    bench_all_reduce: all-reduce GB/s against the size per replica, one line per
+                    replica count, with the memory anchor (one in-place pass over the same
+                    buffers, same threads) dashed in the same colour
+  run_overhead.png  bench_run_overhead: µs per empty strategy.run against the replica count, with
+                    the std::barrier round trip of as many threads
+  tf_compare.png    tf_compare.py: TF eager, TF tf.function and mirrored for each operation and
+                    replica count (log scale)
+
+Each input is optional; only the charts whose input is given are drawn. Google Benchmark files
+with repetitions use the median aggregate (as summarize.py does). --note adds a line under every
+title (run_all.sh --quick passes "provisional ..."). Needs matplotlib (Debian python3-matplotlib).
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+MIB = 1 << 20
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
+
+
+def gbench_rows(path):
+    """The rows of a Google Benchmark JSON file: medians when there are repetitions."""
+    data = json.loads(Path(path).read_text())
+    benches = data.get("benchmarks", [])
+    has_median = any(b.get("aggregate_name") == "median" for b in benches)
+    rows = []
+    for b in benches:
+        if has_median and b.get("aggregate_name") != "median":
+            continue
+        if not has_median and b.get("run_type") == "aggregate":
+            continue
+        args = {}
+        for part in b["name"].split("/")[1:]:
+            if ":" in part:
+                k, v = part.split(":", 1)
+                args[k] = int(v)
+        rows.append((b["name"].split("/")[0], args, b))
+    return data.get("context", {}), rows
+
+
+def size_label(nbytes):
+    return f"{nbytes // MIB} MiB" if nbytes >= MIB else f"{nbytes >> 10} KiB"
+
+
+def titled(ax, title, note):
+    ax.set_title(title + (f"\n{note}" if note else ""), fontsize=11)
+
+
+def plot_all_reduce(path, out, note):
+    _, rows = gbench_rows(path)
+    by_n = {}
+    for name, args, b in rows:
+        if name == "BM_AllReduce":
+            by_n.setdefault(args["replicas"], []).append((args["bytes"], b["allreduce_GBps"], b["anchor_GBps"]))
+    if not by_n:
+        sys.exit(f"plot.py: no BM_AllReduce rows in {path}")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    sizes = set()
+    for i, (n, pts) in enumerate(sorted(by_n.items())):
+        pts.sort()
+        sizes.update(p[0] for p in pts)
+        c = COLORS[i % len(COLORS)]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=c, label=f"all-reduce, N = {n}")
+        ax.plot([p[0] for p in pts], [p[2] for p in pts], "s--", color=c, alpha=0.6, label=f"memory anchor, N = {n}")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(sizes), [size_label(s) for s in sorted(sizes)])
+    ax.minorticks_off()
+    ax.set_xlabel("size per replica")
+    ax.set_ylabel("GB/s (2·S·N bytes moved / time)")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    titled(ax, "In-process all-reduce (SUM, float32) on CPU replicas", note)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def plot_run_overhead(path, out, note):
+    _, rows = gbench_rows(path)
+    pts = sorted((args["replicas"], b["run_us"], b["barrier_us"]) for name, args, b in rows if name == "BM_RunOverhead")
+    if not pts:
+        sys.exit(f"plot.py: no BM_RunOverhead rows in {path}")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ns = [p[0] for p in pts]
+    ax.plot(ns, [p[1] for p in pts], "o-", color=COLORS[0], label="empty strategy.run")
+    ax.plot(ns, [p[2] for p in pts], "s--", color=COLORS[1], label="std::barrier round trip (anchor)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.minorticks_off()
+    ax.set_xlabel("replicas N (threads)")
+    ax.set_ylabel("µs per call")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=9)
+    titled(ax, "Fixed cost of strategy.run", note)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def plot_tf_compare(path, out, note):
+    result = json.loads(Path(path).read_text())
+    rows = result["rows"]
+    names = {"empty_run": "empty run", "all_reduce": "all_reduce", "reduce": "reduce"}
+    series = [("tf_eager_ms", f"TF {result['tf_version']} eager", COLORS[1]),
+              ("tf_function_ms", f"TF {result['tf_version']} tf.function", COLORS[4]),
+              ("mirrored_ms", "mirrored", COLORS[0])]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    width = 0.27
+    for k, (key, label, color) in enumerate(series):
+        xs = [i + (k - 1) * width for i in range(len(rows))]
+        ys = [r.get(key) or 0 for r in rows]
+        bars = ax.bar(xs, ys, width, label=label, color=color)
+        for bar, y in zip(bars, ys):
+            if y:
+                ax.annotate(f"{y:.3g}", (bar.get_x() + bar.get_width() / 2, y), ha="center", va="bottom",
+                            fontsize=6, xytext=(0, 1), textcoords="offset points")
+    labels = []
+    for r in rows:
+        size = f", {r['bytes'] // MIB} MiB" if r["bytes"] else ""
+        labels.append(f"{names[r['op']]}\nN = {r['replicas']}{size}")
+    ax.set_xticks(range(len(rows)), labels, fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms per operation (log scale)")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    titled(ax, "MirroredStrategy on logical CPU devices: TensorFlow and mirrored, one run", note)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--all-reduce", help="bench_all_reduce JSON")
+    ap.add_argument("--run-overhead", help="bench_run_overhead JSON")
+    ap.add_argument("--tf-compare", help="tf_compare.py JSON")
+    ap.add_argument("--out", default="docs/img", help="output folder (default: docs/img)")
+    ap.add_argument("--note", default="", help="a line under every title")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    made = []
+    for arg, fn, name in ((a.all_reduce, plot_all_reduce, "all_reduce.png"),
+                          (a.run_overhead, plot_run_overhead, "run_overhead.png"),
+                          (a.tf_compare, plot_tf_compare, "tf_compare.png")):
+        if arg:
+            fn(arg, out / name, a.note)
+            made.append(str(out / name))
+    if not made:
+        ap.error("give at least one of --all-reduce, --run-overhead, --tf-compare")
+    print("plot.py: wrote " + ", ".join(made))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
