@@ -1,6 +1,7 @@
 #pragma once
 // Distributed training of the digits MLP with MirroredStrategy: the loop the train_digits
-// example runs and the equivalence test checks. Header-only, example code.
+// example runs and the equivalence test checks. Example code, compiled once (train.cpp, the
+// mirrored_digits library) for the example, its tests and the GPU tests.
 //
 // Each step takes a global batch of the (per-epoch shuffled) training set from
 // experimental_distribute_dataset, which cuts it into one consecutive slice per replica (the
@@ -54,95 +55,7 @@ struct TrainResult {
 /// Trains for `cfg.epochs` epochs; `report` is called after every step.
 /// \throws mirrored::InvalidArgumentError for a bad optimizer name or a global batch smaller than
 /// the number of replicas, and as soon as a step's loss is NaN or infinite (training stops there).
-inline TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainConfig& cfg,
-                         const std::function<void(const EpochReport&)>& report = {}) {
-  using namespace mirrored;
-  const auto start = std::chrono::steady_clock::now();
-  const int n = strategy.num_replicas_in_sync();
-  TrainResult result;
-  std::unique_ptr<optimizers::Optimizer<float>> opt;
-  {
-    auto scope = strategy.scope();
-    const MlpParams init = init_mlp<float>(cfg.seed);
-    const auto names = MlpParams::names();
-    const auto tensors = init.tensors();
-    for (std::size_t i = 0; i < tensors.size(); ++i)
-      result.variables.emplace_back(tensors[i], VariableOptions{.name = names[i]});
-    if (cfg.optimizer == "adam") {
-      opt = std::make_unique<optimizers::Adam<float>>(
-          optimizers::AdamOptions{.learning_rate = cfg.learning_rate > 0 ? cfg.learning_rate : 0.01});
-    } else if (cfg.optimizer == "sgd") {
-      opt = std::make_unique<optimizers::SGD<float>>(
-          optimizers::SGDOptions{.learning_rate = cfg.learning_rate > 0 ? cfg.learning_rate : 0.5});
-    } else {
-      throw InvalidArgumentError("--optimizer must be sgd or adam, got '" + cfg.optimizer + "'");
-    }
-    opt->build(result.variables);
-  }
-  MIRRORED_ENFORCE(cfg.global_batch >= n, InvalidArgumentError, "global batch ", cfg.global_batch,
-                   " must be at least the number of replicas ", n);
-  auto& vars = result.variables;
-  const int64_t train_n = data.train.size();
-  const int64_t steps = (train_n + cfg.global_batch - 1) / cfg.global_batch;
-
-  // The model's math is Eigen on host memory: a GPU replica brings its batch and weights to the
-  // host and sends its gradients back to its device, where they are all-reduced.
-  auto on_host = [](const auto& t) { return t.device().is_host() ? t : t.to(cpu0); };
-
-  // One step on one replica: gradients of (sum of its losses) / global batch; returns its loss sum.
-  using Batch = std::tuple<Tensor<float>, Tensor<int32_t>>;
-  auto step_fn = [&](const Batch& batch, int64_t global) {
-    const auto& [x, y] = batch;
-    const Device& device = x.device();
-    MlpParams p{on_host(vars[0].value()), on_host(vars[1].value()), on_host(vars[2].value()), on_host(vars[3].value())};
-    MlpStep s = mlp_loss_and_grads(p, on_host(x), on_host(y));
-    const auto g = s.grads.tensors();
-    optimizers::GradsAndVars<float> gv;
-    for (std::size_t i = 0; i < g.size(); ++i) {
-      const Tensor<float> grad = g[i] / static_cast<float>(global);
-      gv.emplace_back(device.is_host() ? grad : grad.to(device), vars[i]);
-    }
-    opt->apply_gradients(gv);
-    double loss = 0;
-    for (float l : s.per_example_loss.to_vector()) loss += l;
-    return loss;
-  };
-
-  // The input pipeline shuffles the training set anew each epoch (the same orders for any
-  // replica count) and cuts each global batch into the replicas' slices, one step ahead.
-  const auto dataset = data::Dataset<>::from_tensor_slices(data.train.features, data.train.labels)
-                           .shuffle(train_n, cfg.seed)
-                           .batch(cfg.global_batch);
-  const auto dist = strategy.experimental_distribute_dataset(dataset);
-  for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
-    const auto epoch_start = std::chrono::steady_clock::now();
-    double loss_sum = 0;
-    int64_t seen = 0, step = 0;
-    for (const PerReplica<Batch>& batch : dist) {
-      // This step's global batch (the last one may be short); with several workers this worker's
-      // replicas hold only their slices of it.
-      const int64_t b = std::min(cfg.global_batch, train_n - step * cfg.global_batch);
-      auto losses = strategy.run(step_fn, batch, b);
-      const double step_loss = strategy.reduce(ReduceOp::SUM, losses, std::nullopt);
-      ++step;
-      // Once the loss is NaN or infinite, so are the weights: every further step is wasted.
-      MIRRORED_ENFORCE(std::isfinite(step_loss), InvalidArgumentError, "training stopped: the loss became ",
-                       std::isnan(step_loss) ? "NaN" : "infinite", " at epoch ", epoch, ", step ", step, " of ", steps,
-                       " (diverged; try a smaller learning rate)");
-      loss_sum += step_loss;
-      seen += b;
-      if (report) {
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
-        report({epoch, step, steps, loss_sum / static_cast<double>(seen), secs > 0 ? seen / secs : 0, step == steps});
-      }
-    }
-    result.final_loss = loss_sum / static_cast<double>(seen);
-  }
-  MlpParams trained{on_host(vars[0].value()), on_host(vars[1].value()), on_host(vars[2].value()),
-                    on_host(vars[3].value())};
-  result.test_accuracy = mlp_accuracy(trained, data.test.features, data.test.labels);
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return result;
-}
+TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainConfig& cfg,
+                  const std::function<void(const EpochReport&)>& report = {});
 
 }  // namespace digits
