@@ -22,6 +22,11 @@ endif()
 if(MIRRORED_HAVE_NCCL)
   string(APPEND MIRRORED_PC_LIBS_PRIVATE " -L${MIRRORED_NCCL_LIBRARY_DIR} -lnccl")
 endif()
+# Gloo (src/cluster/) and zlib (checkpoint checksums) are linked privately: a static library
+# hands them on.
+get_target_property(_mirrored_gloo_location gloo LOCATION)
+get_filename_component(_mirrored_gloo_dir "${_mirrored_gloo_location}" DIRECTORY)
+string(APPEND MIRRORED_PC_LIBS_PRIVATE " -L${_mirrored_gloo_dir} -lgloo -lz")
 # Relocatable: the prefix is found from where the .pc file lies (`cmake --install --prefix` works).
 file(RELATIVE_PATH MIRRORED_PC_PREFIX_FROM_PCDIR "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
 configure_file("${PROJECT_SOURCE_DIR}/cmake/mirrored.pc.in" "${PROJECT_BINARY_DIR}/mirrored.pc" @ONLY)

@@ -324,10 +324,6 @@ Record variables(const std::vector<std::string>& specs, std::shared_ptr<CrossDev
 // (staged), a second epoch (the host cache recycles the batch blocks), and a replica function
 // reading every slice where it landed.
 
-/// Rows and columns of the float data `distributed_input` feeds: row i, column j holds
-/// (i * kInputWidth + j) % 4093. A batch of 32 rows is 4 MiB.
-constexpr int64_t kInputRows = 72, kInputWidth = 32768;
-
 Record distributed_input(const std::vector<std::string>& specs) {
   MirroredStrategy s(specs);
   const auto devs = parse_all(specs);

@@ -116,6 +116,10 @@ Record reduce_and_gather(const std::vector<std::string>& specs, std::shared_ptr<
 
 Record variables(const std::vector<std::string>& specs, std::shared_ptr<CrossDeviceOps> ops = nullptr);
 
+/// The distributed_input scenario's data: kInputRows rows of kInputWidth floats, row i column j
+/// (i * kInputWidth + j) % 4093. A batch of 32 rows is 4 MiB.
+inline constexpr int64_t kInputRows = 72, kInputWidth = 32768;
+
 Record distributed_input(const std::vector<std::string>& specs);
 
 }  // namespace mirrored::conformance

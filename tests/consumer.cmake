@@ -29,5 +29,12 @@ foreach(mode IN LISTS _mirrored_consumer_modes)
       -P ${PROJECT_SOURCE_DIR}/cmake/run_consumer.cmake)
   # Each mode has its own WORK_DIR, but every one runs a full nested configure and build: alone,
   # so that they do not starve timing-sensitive unit tests under `ctest -j`.
-  set_tests_properties(consumer.${mode} PROPERTIES LABELS consumer TIMEOUT 900 RUN_SERIAL TRUE)
+  # The embedded modes build the library again (without CUDA: AUTO is OFF when embedded); the
+  # debug stage of CI runs them, the CUDA stage only the installed-package modes (its label filter).
+  if(mode MATCHES "^(add_subdirectory|fetchcontent)$")
+    set(_mirrored_consumer_labels "consumer;consumer_embedded")
+  else()
+    set(_mirrored_consumer_labels consumer)
+  endif()
+  set_tests_properties(consumer.${mode} PROPERTIES LABELS "${_mirrored_consumer_labels}" TIMEOUT 900 RUN_SERIAL TRUE)
 endforeach()
