@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "mirrored/errors.hpp"
+#include "util/utf8.hpp"
 
 namespace mirrored::detail::json {
 
@@ -249,43 +250,6 @@ class Parser {
     return u;
   }
 
-  static void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xc0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xe0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else {
-      out += static_cast<char>(0xf0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    }
-  }
-
-  // Length of the valid UTF-8 sequence starting at pos_ (0 if invalid): the shortest form only,
-  // no surrogates, nothing above U+10FFFF.
-  std::size_t utf8_sequence() const {
-    auto at = [&](std::size_t k) -> unsigned {
-      return pos_ + k < s_.size() ? static_cast<unsigned char>(s_[pos_ + k]) : 0u;
-    };
-    auto cont = [](unsigned b, unsigned lo = 0x80, unsigned hi = 0xbf) { return b >= lo && b <= hi; };
-    const unsigned b0 = at(0);
-    if (b0 < 0x80) return 1;
-    if (b0 >= 0xc2 && b0 <= 0xdf) return cont(at(1)) ? 2 : 0;
-    if (b0 == 0xe0) return cont(at(1), 0xa0, 0xbf) && cont(at(2)) ? 3 : 0;
-    if ((b0 >= 0xe1 && b0 <= 0xec) || b0 == 0xee || b0 == 0xef) return cont(at(1)) && cont(at(2)) ? 3 : 0;
-    if (b0 == 0xed) return cont(at(1), 0x80, 0x9f) && cont(at(2)) ? 3 : 0;
-    if (b0 == 0xf0) return cont(at(1), 0x90, 0xbf) && cont(at(2)) && cont(at(3)) ? 4 : 0;
-    if (b0 >= 0xf1 && b0 <= 0xf3) return cont(at(1)) && cont(at(2)) && cont(at(3)) ? 4 : 0;
-    if (b0 == 0xf4) return cont(at(1), 0x80, 0x8f) && cont(at(2)) && cont(at(3)) ? 4 : 0;
-    return 0;
-  }
-
   std::string parse_string() {
     ++pos_;  // '"'
     std::string out;
@@ -326,7 +290,7 @@ class Parser {
         }
         continue;
       }
-      const std::size_t n = utf8_sequence();
+      const std::size_t n = utf8_sequence_length(s_, pos_);
       if (n == 0) fail("invalid UTF-8 in a string");
       out.append(s_.substr(pos_, n));
       pos_ += n;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mirrored/checkpoint.hpp"
+#include "util/utf8.hpp"
 
 namespace mirrored::checkpoint::internal {
 
@@ -27,8 +28,8 @@ std::string prefix(const std::string& path);
 std::string quoted(std::string_view s);
 /// The dtype with safetensors name `name` ("F32", …), if supported.
 std::optional<DType> dtype_from_name(std::string_view name);
-/// True when `s` is well-formed UTF-8.
-bool valid_utf8(std::string_view s);
+using detail::append_utf8;  // util/utf8.hpp
+using detail::valid_utf8;
 /// Appends `s` as a JSON string literal.
 void append_json_string(std::string& out, std::string_view s);
 
