@@ -23,6 +23,7 @@ packages=(
   zlib1g-dev
   libcli11-dev
   libgloo-dev
+  libdlpack-dev  # <mirrored/dlpack.hpp>: DLPack interop (header only)
   # The fuzz preset (make fuzz): clang with libFuzzer and the sanitizer runtimes.
   clang-14
   libclang-rt-14-dev
