@@ -156,19 +156,23 @@ DLManagedTensor* to_dlpack(const Tensor<T>& t) {
 /// has more than one element. `byte_offset` is added to `data`. The producer must have finished
 /// writing it (DLPack 0.6 has no stream to order on).
 ///
-/// \throws InvalidArgumentError naming the op and both sides, for: a null `managed`; a dtype
-/// (code, bits, lanes) other than `T`'s; a device type other than kDLCPU, kDLCUDA, kDLCUDAHost; a
-/// GPU this process does not have; a `device` that does not match the memory's; a negative `ndim`
-/// or dimension, a null shape, an element count that overflows; strides that are not compact
-/// row-major; data null with elements, or not aligned for `T` after `byte_offset`. On a refusal
-/// `managed` is left untouched and its deleter is **not** called: the caller still owns it.
+/// \throws InvalidArgumentError naming the op and both sides, for: a null `managed`; a `T` DLPack
+/// 0.6 cannot describe; a dtype (code, bits, lanes) other than `T`'s; a device type other than
+/// kDLCPU, kDLCUDA, kDLCUDAHost; a GPU this process does not have; a `device` that does not match
+/// the memory's; a negative `ndim` or dimension, a null shape, an element count that overflows;
+/// strides that are not compact row-major; data null with elements, or not aligned for `T` after
+/// `byte_offset`. On a refusal `managed` is left untouched and its deleter is **not** called: the
+/// caller still owns it.
 template <class T>
 Tensor<T> Tensor<T>::from_dlpack(DLManagedTensor* managed, std::optional<Device> device) {
   const std::string op = detail::str_cat("Tensor<", dtype_name(dtype()), ">::from_dlpack");
   MIRRORED_ENFORCE(managed != nullptr, InvalidArgumentError, op, ": the DLManagedTensor is null");
   const DLTensor& dl = managed->dl_tensor;
 
-  const DLDataType want = *detail::dlpack_dtype(dtype());
+  const std::optional<DLDataType> mapped = detail::dlpack_dtype(dtype());
+  MIRRORED_ENFORCE(mapped.has_value(), InvalidArgumentError, op, ": a Tensor<", dtype_name(dtype()),
+                   "> has no DLPack dtype");
+  const DLDataType want = *mapped;
   MIRRORED_ENFORCE(dl.dtype.code == want.code && dl.dtype.bits == want.bits && dl.dtype.lanes == want.lanes,
                    InvalidArgumentError, op, ": the DLPack tensor's dtype ", detail::describe_dlpack_dtype(dl.dtype),
                    " is not the dtype of a Tensor<", dtype_name(dtype()), "> ", detail::describe_dlpack_dtype(want));
