@@ -17,6 +17,7 @@
 #include <dlpack/dlpack.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,10 +61,20 @@ inline std::string describe_dlpack_dtype(const DLDataType& t) {
   return out;
 }
 
+/// The device type as the int it is stored as: a producer may send a type newer than this header
+/// knows, which is no valid value of the enum (reading it as the enum would be undefined).
+inline int dlpack_device_type(const DLDevice& d) noexcept {
+  static_assert(sizeof(d.device_type) == sizeof(int));
+  int type = 0;
+  std::memcpy(&type, &d.device_type, sizeof(type));
+  return type;
+}
+
 /// `kDLCUDA:1` (or the number of a device type this library does not know).
 inline std::string describe_dlpack_device(const DLDevice& d) {
   const char* name = nullptr;
-  switch (static_cast<int>(d.device_type)) {
+  const int type = dlpack_device_type(d);
+  switch (type) {
     case kDLCPU: name = "kDLCPU"; break;
     case kDLCUDA: name = "kDLCUDA"; break;
     case kDLCUDAHost: name = "kDLCUDAHost"; break;
@@ -77,8 +88,7 @@ inline std::string describe_dlpack_device(const DLDevice& d) {
     case kDLCUDAManaged: name = "kDLCUDAManaged"; break;
     default: break;
   }
-  return name ? str_cat(name, ":", d.device_id)
-              : str_cat("device type ", static_cast<int>(d.device_type), ":", d.device_id);
+  return name ? str_cat(name, ":", d.device_id) : str_cat("device type ", type, ":", d.device_id);
 }
 
 /// `[2, 3]` (for strides in messages).
@@ -179,7 +189,7 @@ Tensor<T> Tensor<T>::from_dlpack(DLManagedTensor* managed, std::optional<Device>
 
   Device where;
   const std::string dl_device = detail::describe_dlpack_device(dl.device);
-  switch (static_cast<int>(dl.device.device_type)) {
+  switch (detail::dlpack_device_type(dl.device)) {
     case kDLCPU:
     case kDLCUDAHost:
       where = device.value_or(cpu0);
