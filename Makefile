@@ -10,12 +10,14 @@
 #   make bench  - release build, run every benchmark
 #   make bench-report - on an idle machine: every benchmark + TensorFlow side by side, tables,
 #                 charts (docs/img/) and the generated block of docs/performance.md (bench/run_all.sh)
+#   make interop - installs Debian's libtorch-dev, builds examples/interop (release, build/interop)
+#                 and runs it: a libtorch model trained on 2 CPU replicas through DLPack
 #   make clean  - remove build/
 
 JOBS ?= 2
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps demo test asan tsan simulated-gpus fuzz cuda bench bench-report clean
+.PHONY: all deps demo test asan tsan simulated-gpus fuzz cuda bench bench-report interop clean
 
 all: test
 
@@ -75,6 +77,14 @@ bench: deps
 
 bench-report: deps
 	bash bench/run_all.sh --jobs $(JOBS)
+
+# Only the example and the library it links, CPU only (libtorch-dev is Debian's CPU build).
+interop:
+	bash scripts/install-deps.sh --interop
+	cmake -S . -B build/interop -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIRRORED_BUILD_INTEROP=ON \
+	  -DMIRRORED_BUILD_TESTS=OFF -DMIRRORED_BUILD_BENCH=OFF -DMIRRORED_ENABLE_CUDA=OFF
+	cmake --build build/interop -j$(JOBS) --target torch_mirrored
+	./build/interop/torch_mirrored
 
 clean:
 	rm -rf build

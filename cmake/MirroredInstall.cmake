@@ -41,6 +41,14 @@ if(TARGET mirrored_eigen)
   install(EXPORT mirroredEigenTargets NAMESPACE mirrored:: DESTINATION ${MIRRORED_CONFIG_INSTALL_DIR})
 endif()
 
+# mirrored::dlpack likewise (only <mirrored/dlpack.hpp> needs DLPack's header).
+set(MIRRORED_CONFIG_HAS_DLPACK OFF)
+if(TARGET mirrored_dlpack)
+  set(MIRRORED_CONFIG_HAS_DLPACK ON)
+  install(TARGETS mirrored_dlpack EXPORT mirroredDlpackTargets)
+  install(EXPORT mirroredDlpackTargets NAMESPACE mirrored:: DESTINATION ${MIRRORED_CONFIG_INSTALL_DIR})
+endif()
+
 # The consumer of an installed *static* CUDA build must link cudart/NCCL.
 get_target_property(_mirrored_type mirrored TYPE)
 if(MIRRORED_HAVE_CUDA AND _mirrored_type STREQUAL "STATIC_LIBRARY")

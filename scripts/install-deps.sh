@@ -9,7 +9,18 @@
 # files load in Python (those tests skip when the packages are unavailable),
 # and Debian's python3-matplotlib, which bench/plot.py draws the charts of
 # docs/performance.md with.
+#
+# `--interop` also installs Debian's libtorch-dev (large: about 1 GB installed), which only
+# examples/interop needs (`make interop`); the Python and matplotlib steps are then skipped.
 set -euo pipefail
+
+interop=0
+for arg in "$@"; do
+  case "$arg" in
+    --interop) interop=1 ;;
+    *) echo "install-deps: unknown argument '$arg' (usage: install-deps.sh [--interop])" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   cmake
@@ -23,6 +34,7 @@ packages=(
   zlib1g-dev
   libcli11-dev
   libgloo-dev
+  libdlpack-dev  # <mirrored/dlpack.hpp>: DLPack interop (header only)
   # The fuzz preset (make fuzz): clang with libFuzzer and the sanitizer runtimes.
   clang-14
   libclang-rt-14-dev
@@ -126,6 +138,12 @@ install_matplotlib() {
   fi
   return 0
 }
+
+if [ "$interop" -eq 1 ]; then
+  packages+=(libtorch-dev)
+  install_debian_packages
+  exit 0
+fi
 
 install_debian_packages
 install_python_safetensors || true

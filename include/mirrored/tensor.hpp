@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <type_traits>
@@ -17,6 +18,8 @@
 #include "mirrored/dtype.hpp"
 #include "mirrored/errors.hpp"
 
+struct DLManagedTensor;  // DLPack's (<dlpack/dlpack.h>); Tensor::from_dlpack is in <mirrored/dlpack.hpp>
+
 namespace mirrored {
 
 namespace detail {
@@ -26,7 +29,17 @@ struct TensorAccess;
 /// Device memory owned by one or more tensors (tensors share storage, like torch tensors).
 class Storage {
  public:
+  /// Called once with its context when foreign memory is released (see the foreign constructor).
+  using Release = void (*)(void* context) noexcept;
+
+  /// `bytes` bytes allocated on `device` by its backend (and returned to it when destroyed).
   Storage(const Device& device, std::size_t bytes);
+  /// Wraps `bytes` bytes at `ptr` on `device` that the library does not own (e.g. a DLPack
+  /// producer's): on destruction, after this thread's work queued on the device has finished,
+  /// `release(context)` is called exactly once (when `release` is not null), on the destroying
+  /// thread. 	hrows NotFoundError when `device` is a GPU this process does not have (`release`
+  /// is then not called).
+  Storage(const Device& device, void* ptr, std::size_t bytes, Release release, void* context);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -41,6 +54,9 @@ class Storage {
   DeviceBackend* backend_;
   void* ptr_ = nullptr;
   std::size_t bytes_;
+  bool foreign_ = false;  // ptr_ came from the constructor's caller, not from backend_
+  Release release_ = nullptr;
+  void* release_context_ = nullptr;
 };
 
 /// Throws InvalidArgumentError naming `op` unless both devices are the same.
@@ -91,6 +107,9 @@ class Tensor {
   }
   /// A tensor of `shape` whose contents are unspecified (to be overwritten).
   static Tensor empty(Shape shape, const Device& d = cpu0) { return Tensor(std::move(shape), d); }
+  /// A tensor sharing the memory of a DLPack tensor, without a copy: defined in
+  /// `<mirrored/dlpack.hpp>` (include it to call this), which documents it.
+  static Tensor from_dlpack(DLManagedTensor* managed, std::optional<Device> device = std::nullopt);
 
   const Shape& shape() const noexcept { return shape_; }
   int64_t rank() const noexcept { return static_cast<int64_t>(shape_.size()); }

@@ -1,5 +1,6 @@
 // Tensor storage and the type-erased tensor helpers.
 #include <algorithm>
+#include <exception>
 #include <memory>
 #include <string>
 
@@ -7,6 +8,7 @@
 #include "mirrored/detail/untyped_tensor.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/tensor.hpp"
+#include "util/log.hpp"
 
 namespace mirrored::detail {
 
@@ -15,7 +17,32 @@ Storage::Storage(const Device& device, std::size_t bytes)
   ptr_ = backend_->allocate(bytes);
 }
 
-Storage::~Storage() { backend_->deallocate(ptr_, bytes_); }
+Storage::Storage(const Device& device, void* ptr, std::size_t bytes, Release release, void* context)
+    : device_(device),
+      backend_(&backend_for(device)),
+      ptr_(ptr),
+      bytes_(bytes),
+      foreign_(true),
+      release_(release),
+      release_context_(context) {}
+
+Storage::~Storage() {
+  if (!foreign_) {
+    backend_->deallocate(ptr_, bytes_);
+    return;
+  }
+  // The owner may reuse the memory as soon as it is released: kernels this thread queued on it
+  // must be done first (a host backend's work is complete already).
+  if (!device_.is_host()) {
+    try {
+      backend_->synchronize();
+    } catch (const std::exception& e) {
+      MIRRORED_LOG(warn, "releasing foreign memory on ", device_.short_name(),
+                   " after a failed synchronize: ", e.what());
+    }
+  }
+  if (release_) release_(release_context_);
+}
 
 void check_same_device(const char* op, const Device& a, const Device& b) {
   MIRRORED_ENFORCE(a == b, InvalidArgumentError, op, ": operands are on different devices: ", a.to_string(), " vs ",
