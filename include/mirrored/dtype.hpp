@@ -5,7 +5,13 @@
 /// `float16` and `bfloat16` (half.hpp) are storage types: every kernel converts them to float,
 /// computes, and rounds once per element; sums (element-wise `sum_n`, all-reduce, `sum_axis`)
 /// accumulate in float in input (replica) order and round once at the end, so that sums of
-/// small integers are exact and results are the same on every backend.
+/// small integers are exact and equal on the host, the simulated GPUs and the CUDA kernels. MEAN
+/// divides the float sum before that rounding (host reductions; the CUDA fused all-reduce).
+/// Paths that round more than once: across workers, each worker's local sum is rounded, the
+/// workers' sums are added in float (Gloo exchanges them as float) and rounded again, and MEAN
+/// divides after; NCCL reduces float16/bfloat16 in their own precision along its ring; a CUDA
+/// `sum_n` of more than 32 inputs rounds its partial sum every 32 inputs. Integer-only operations do not exist
+/// here; Eigen views (`eigen.hpp`) and the optimizers refuse the half types at compile time.
 
 #include <cstddef>
 #include <cstdint>

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "mirrored/half.hpp"
+#include "mirrored/nn.hpp"
 #include "mirrored/repr.hpp"
 #include "mirrored/tensor.hpp"
 
@@ -302,6 +303,13 @@ TEST(HalfTensor, PrintsLikeNumpy) {
   EXPECT_STREQ(dtype_name(DType::bfloat16), "bfloat16");
   EXPECT_EQ(dtype_size(DType::float16), 2u);
   EXPECT_EQ(dtype_size(DType::bfloat16), 2u);
+}
+
+TEST(HalfTensor, AverageLossSumsInDoubleAndRoundsOnce) {
+  // Summed in double: 2052 / 4 = 513 (a float16 running sum would stay at 2048 after 2048 + 1).
+  const auto loss = half_tensor<float16>({2048, 1, 1, 2});
+  EXPECT_EQ(float(nn::compute_average_loss(loss, 4).item()), 513.0f);
+  EXPECT_EQ(float(nn::compute_average_loss(half_tensor<bfloat16>({1, 2}), 4).item()), 0.75f);
 }
 
 }  // namespace
