@@ -35,7 +35,10 @@ void tensor_ops_of(Recorder& rec, const Device& d, const std::string& tag) {
   rec.tensor(tag + "clone", a.clone(), d);
   rec.tensor(tag + "to_host", a.to(cpu0), cpu0);
   rec.tensor(tag + "round_trip", a.to(cpu0).to(d), d);
-  rec.number(tag + "item", Tensor<T>::scalar(T(7), d).item());
+  if constexpr (is_half_v<T>)
+    rec.tensor(tag + "item", Tensor<T>::scalar(Tensor<T>::scalar(T(7), d).item()));
+  else
+    rec.number(tag + "item", Tensor<T>::scalar(T(7), d).item());
 }
 
 /// Element-wise ops, fills, casts and copies on device `spec`.
@@ -47,6 +50,19 @@ Record tensor_ops(const std::string& spec) {
   tensor_ops_of<int32_t>(rec, d, "i32 ");
   tensor_ops_of<int64_t>(rec, d, "i64 ");
   tensor_ops_of<uint8_t>(rec, d, "u8 ");
+  tensor_ops_of<float16>(rec, d, "f16 ");
+  tensor_ops_of<bfloat16>(rec, d, "bf16 ");
+  // The 2-byte floats: computed in float, rounded once to nearest even (overflow, subnormals, ties).
+  const auto wide = Tensor<float>::from_vector({65504.0f, 65520.0f, 5.9604645e-08f, 2049.0f, 257.0f, -0.1f}, {6}, d);
+  rec.tensor("cast f32->f16", cast<float16>(wide), d);
+  rec.tensor("cast f32->bf16", cast<bfloat16>(wide), d);
+  rec.tensor("cast f16->f64", cast<double>(cast<float16>(wide)), d);
+  rec.tensor("cast bf16->i32", cast<int32_t>(cast<bfloat16>(wide)), d);
+  rec.tensor("cast i64->f16", cast<float16>(Tensor<int64_t>::from_vector({2051, -7, 70000}, {3}, d)), d);
+  rec.tensor("cast f16->bf16", cast<bfloat16>(cast<float16>(wide)), d);
+  rec.tensor("f16 2048+1", Tensor<float16>::full({2}, float16(2048.0f), d) + 1, d);
+  rec.tensor("f16 1/3", Tensor<float16>::full({2}, float16(1.0f), d) / 3, d);
+  rec.tensor("bf16 1/3", Tensor<bfloat16>::full({2}, bfloat16(1.0f), d) / 3, d);
   // Fractions, negative numbers, truncating casts, wrapping.
   const auto f = Tensor<float>::from_vector({2.5f, -3.75f, 0.125f, 100.0f}, {4}, d);
   rec.tensor("f32/3", f / 3.0f, d);
@@ -117,7 +133,10 @@ Record collectives(const std::vector<std::string>& specs, std::shared_ptr<CrossD
         ctx->all_gather(Tensor<float>::from_vector({0, 1, 2, 3, 4, 5}, {1, 2, 3}, d) + float(10 * r), 1),
         ctx->all_gather(Tensor<double>::full({2, r % 2, 2}, double(r), d), 1), seq,
         // The input is untouched.
-        x);
+        x,
+        // Exact in the 2-byte floats whatever the order and precision of the sum.
+        ctx->all_reduce(ReduceOp::SUM, Tensor<float16>::from_vector({float16(float(r)), float16(0.5f)}, {2}, d)),
+        ctx->all_reduce(ReduceOp::MEAN, Tensor<bfloat16>::from_vector({bfloat16(2.0f * r), bfloat16(1.0f)}, {2}, d)));
   });
   Recorder rec;
   for (int r = 0; r < n; ++r) {
@@ -143,6 +162,8 @@ Record collectives(const std::vector<std::string>& specs, std::shared_ptr<CrossD
     rec.tensor(p + "gather uneven inner", std::get<13>(o), d);
     rec.number(p + "sequence", std::get<14>(o));
     rec.tensor(p + "input", std::get<15>(o), d);
+    rec.tensor(p + "f16", std::get<16>(o), d);
+    rec.tensor(p + "bf16 mean", std::get<17>(o), d);
     // Every replica owns its outputs.
     rec.fact(p + "own output", r == 0 || std::get<0>(o).data() != std::get<0>(out[0]).data());
   }

@@ -12,9 +12,10 @@
 ///     [rest]     the data section: every tensor's raw little-endian row-major bytes, one after
 ///                the other in name order (byte-wise `std::string` order), no gaps.
 ///
-/// dtypes: F32 (float32), F64 (float64), I32 (int32), I64 (int64), U8 (uint8). `data_offsets` are
-/// relative to the start of the data section. `mirrored.checksum` is the CRC-32 (zlib's `crc32`,
-/// the ISO-HDLC polynomial) of the whole data section, 8 lower-case hex digits.
+/// dtypes: F32 (float32), F64 (float64), I32 (int32), I64 (int64), U8 (uint8), F16 (float16),
+/// BF16 (bfloat16), all stored bit-exact. `data_offsets` are relative to the start of the data
+/// section. `mirrored.checksum` is the CRC-32 (zlib's `crc32`, the ISO-HDLC polynomial) of the
+/// whole data section, 8 lower-case hex digits.
 ///
 /// Saving writes a new temporary file `<path>.tmp.<random>` (created with `O_CREAT | O_EXCL |
 /// O_NOFOLLOW`, so a planted file or symlink is never written through), fsyncs it, renames it over
@@ -27,10 +28,11 @@
 /// Errors (all name the file, and the tensor where there is one):
 /// - `NotFoundError`: the file (or its directory) does not exist; a requested tensor is absent.
 /// - `InvalidArgumentError`: a truncated or corrupt file (bad header, bad offsets, a shape too
-///   large to be a tensor, checksum mismatch, unsupported dtype); something that is not a regular
-///   file (a directory, a FIFO, a device; a symlink in place of the lock file); a dtype or shape
-///   that differs from what the caller expects; a bad name or metadata key passed to
-///   `save_tensors`.
+///   large to be a tensor, checksum mismatch); a dtype that safetensors has but mirrored cannot
+///   hold (F8_E4M3, C64, ...: "tensor '<name>' has unsupported dtype '<dtype>'", not a corrupt
+///   header); something that is not a regular file (a directory, a FIFO, a device; a symlink in
+///   place of the lock file); a dtype or shape that differs from what the caller expects; a bad
+///   name or metadata key passed to `save_tensors`.
 /// - `PermissionDeniedError`: the file or its directory may not be read or written (EACCES).
 /// - `FailedPreconditionError`: another save to the same path is in progress; a read-only or
 ///   full file system. `UnavailableError`: other I/O errors (EIO).
@@ -60,7 +62,7 @@ inline constexpr const char* kChecksumKey = "mirrored.checksum";
 inline constexpr const char* kFormatKey = "mirrored.format";
 inline constexpr const char* kFormatVersion = "1";
 
-/// The safetensors name of a dtype: `F32 F64 I32 I64 U8`.
+/// The safetensors name of a dtype: `F32 F64 I32 I64 U8 F16 BF16`.
 const char* safetensors_dtype_name(DType dtype) noexcept;
 
 /// The type-erased handle of a typed tensor (shares its storage), for building a `TensorMap`.

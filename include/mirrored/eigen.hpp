@@ -17,6 +17,9 @@ using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMaj
 namespace detail {
 template <class T>
 void require_host(const Tensor<T>& t, const char* op) {
+  static_assert(!is_half_v<T>,
+                "Eigen views of float16/bfloat16 tensors are not supported (Eigen has no arithmetic for mirrored's "
+                "2-byte types): view cast<float>(t) instead");
   MIRRORED_ENFORCE(t.device().is_host(), InvalidArgumentError, op, ": tensor is on ", t.device().short_name(),
                    "; Eigen views need host memory (copy it with .to(cpu0) first)");
 }

@@ -19,7 +19,7 @@ namespace mirrored::nn {
 template <class T>
 Tensor<T> compute_average_loss(const Tensor<T>& per_example_loss,
                                std::optional<int64_t> global_batch_size = std::nullopt) {
-  static_assert(std::is_floating_point_v<T>, "compute_average_loss needs a floating-point loss");
+  static_assert(is_floating_element_v<T>, "compute_average_loss needs a floating-point loss");
   MIRRORED_ENFORCE(per_example_loss.rank() >= 1, InvalidArgumentError,
                    "compute_average_loss: Invalid value passed for `per_example_loss`. Expected a tensor with at "
                    "least rank 1, got shape ",

@@ -29,7 +29,9 @@ using GradsAndVars = std::vector<std::pair<Tensor<T>, Variable<T>>>;
 /// What every optimizer shares: gradient aggregation, slot variables, the step counter.
 template <class T>
 class Optimizer {
-  static_assert(std::is_floating_point_v<T>, "optimizers update floating-point variables");
+  static_assert(std::is_floating_point_v<T>,
+                "optimizers update float or double variables (keep float32 master weights for a "
+                "float16/bfloat16 model)");
 
  public:
   virtual ~Optimizer() = default;

@@ -73,7 +73,8 @@ void check_same_device(const char* op, const Device& a, const Device& b);
 /// throws InvalidArgumentError naming the shape.
 template <class T>
 class Tensor {
-  static_assert(is_tensor_element_v<T>, "Tensor<T> supports float, double, int32_t, int64_t, uint8_t");
+  static_assert(is_tensor_element_v<T>,
+                "Tensor<T> supports float, double, int32_t, int64_t, uint8_t, float16, bfloat16");
 
  public:
   using value_type = T;

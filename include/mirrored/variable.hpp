@@ -266,7 +266,7 @@ Variable<T>::Variable(Tensor<T> initial_value, VariableOptions o) {
   const bool in_replica_of_strategy = ts.replica != nullptr && has_strategy();
   Strategy* owner =
       (in_replica_of_strategy || (in_cross_replica_context() && has_strategy())) ? &get_strategy() : nullptr;
-  detail::check_variable_options(o, dtype_name(dtype_of<T>()), !std::is_floating_point_v<T>, owner != nullptr);
+  detail::check_variable_options(o, dtype_name(dtype_of<T>()), !is_floating_element_v<T>, owner != nullptr);
   auto make_state = [](Strategy* s, const Tensor<T>& init, const VariableOptions& opts) {
     auto st = std::make_shared<detail::VariableState<T>>();
     st->name = opts.name;

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <vector>
 
 #include "cluster/gloo_transport.hpp"
 #include "cluster/socket.hpp"
@@ -90,6 +91,8 @@ class GlooTransport : public WorkerTransport {
         case DType::int32: return all_reduce_typed<int32_t>(in, out, count, deadline);
         case DType::int64: return all_reduce_typed<int64_t>(in, out, count, deadline);
         case DType::uint8: return all_reduce_typed<uint8_t>(in, out, count, deadline);
+        case DType::float16:
+        case DType::bfloat16: return all_reduce_half(dtype, in, out, count, deadline);
       }
       throw InternalError("Gloo all-reduce: unknown dtype");
     });
@@ -179,6 +182,17 @@ class GlooTransport : public WorkerTransport {
     opts.setTag(next_tag());
     opts.setTimeout(until(deadline));
     gloo::allreduce(opts);
+  }
+
+  // Gloo's ring would add pairs in the 2-byte type, rounding at every hop: the workers exchange
+  // float partial sums instead (twice the bytes), so the result is rounded once, like every other
+  // path's sums of float16 and bfloat16.
+  void all_reduce_half(DType dtype, const void* in, void* out, int64_t count, Clock::time_point deadline) {
+    auto& host = backend_for(cpu0);
+    std::vector<float> wide(static_cast<std::size_t>(count));
+    host.cast(dtype, in, DType::float32, wide.data(), count);
+    all_reduce_typed<float>(wide.data(), wide.data(), count, deadline);
+    host.cast(DType::float32, wide.data(), dtype, out, count);
   }
 
   uint32_t next_tag() noexcept { return tag_++ & 0x7fffffffu; }

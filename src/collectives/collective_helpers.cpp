@@ -27,8 +27,7 @@ void sum_parts_on(const std::vector<const UntypedTensor*>& parts, const UntypedT
   const bool out_here = same_backend(out.device(), device);
   const UntypedTensor target = out_here ? out : make_untyped(out.dtype, out.shape, device);
   auto& be = backend_for(device);
-  be.sum_n(out.dtype, ptrs.data(), static_cast<int>(ptrs.size()), target.data(), out.numel);
-  if (mean_divisor > 0) be.divide(out.dtype, target.data(), out.numel, mean_divisor);
+  be.sum_n_mean(out.dtype, ptrs.data(), static_cast<int>(ptrs.size()), target.data(), out.numel, mean_divisor);
   be.synchronize();
   if (!out_here) copy_between(out.data(), out.device(), target.data(), device, out.bytes());
 }

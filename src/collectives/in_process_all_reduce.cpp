@@ -76,8 +76,7 @@ void InProcessAllReduce::all_reduce(ReduceOp op, CollectiveStep& step) {
         for (int r = 0; r < n; ++r) ptrs[r] = static_cast<const unsigned char*>(step.inputs(r)[i].data()) + b * elem;
         auto* first = static_cast<unsigned char*>(step.outputs(0)[i].data()) + b * elem;
         unsigned char* sum = streaming ? scratch : first;
-        host.sum_n(dtype, ptrs.data(), n, sum, len);
-        if (op == ReduceOp::MEAN) host.divide(dtype, sum, len, n);
+        host.sum_n_mean(dtype, ptrs.data(), n, sum, len, op == ReduceOp::MEAN ? n : 0);
         for (int r = streaming ? 0 : 1; r < n; ++r) {
           auto* out = static_cast<unsigned char*>(step.outputs(r)[i].data()) + b * elem;
           if (streaming) {

@@ -1,7 +1,12 @@
 // The CUDA backend's kernels: grid-stride loops over 64-bit indices, one template per element
 // type. The arithmetic is written exactly like the host backend's (src/host_backend.cpp), in the
 // same order, so that results match it bit for bit (nvcc's defaults: IEEE division, and there is
-// no multiply-add to contract).
+// no multiply-add to contract). float16 and bfloat16 are `__half` and `__nv_bfloat16` here: every
+// kernel widens them to float, computes, and rounds once to nearest even (`__float2half_rn`,
+// `__float2bfloat16_rn`), as the host backend does; sums accumulate in float.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -23,6 +28,42 @@ unsigned blocks_for(int64_t n) {
 __device__ inline int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ inline int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
+// The type a kernel computes `T` in, and the conversions to and from it.
+template <class T>
+struct ComputeType {
+  using type = T;
+};
+template <>
+struct ComputeType<__half> {
+  using type = float;
+};
+template <>
+struct ComputeType<__nv_bfloat16> {
+  using type = float;
+};
+template <class T>
+using C = typename ComputeType<T>::type;
+
+template <class T>
+__device__ __forceinline__ C<T> up(T x) {
+  if constexpr (std::is_same_v<T, __half>)
+    return __half2float(x);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __bfloat162float(x);
+  else
+    return x;
+}
+
+template <class T>
+__device__ __forceinline__ T down(C<T> x) {
+  if constexpr (std::is_same_v<T, __half>)
+    return __float2half_rn(x);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __float2bfloat16_rn(x);
+  else
+    return x;
+}
+
 template <class F>
 cudaError_t with_dtype(DType dtype, F&& f) {
   switch (dtype) {
@@ -31,6 +72,8 @@ cudaError_t with_dtype(DType dtype, F&& f) {
     case DType::int32: return f(int32_t{});
     case DType::int64: return f(int64_t{});
     case DType::uint8: return f(uint8_t{});
+    case DType::float16: return f(__half{});
+    case DType::bfloat16: return f(__nv_bfloat16{});
   }
   return cudaErrorInvalidValue;
 }
@@ -47,15 +90,15 @@ __global__ void fill_kernel(T* dst, int64_t n, T value) {
 template <class T, int Op>
 __global__ void binary_kernel(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const T x = a[i * sa], y = b[i * sb];
+    const C<T> x = up(a[i * sa]), y = up(b[i * sb]);
     if constexpr (Op == 0)
-      out[i] = static_cast<T>(x + y);
+      out[i] = down<T>(static_cast<C<T>>(x + y));
     else if constexpr (Op == 1)
-      out[i] = static_cast<T>(x - y);
+      out[i] = down<T>(static_cast<C<T>>(x - y));
     else if constexpr (Op == 2)
-      out[i] = static_cast<T>(x * y);
+      out[i] = down<T>(static_cast<C<T>>(x * y));
     else
-      out[i] = static_cast<T>(x / y);  // floating point only
+      out[i] = down<T>(static_cast<C<T>>(x / y));  // floating point only
   }
 }
 
@@ -90,15 +133,15 @@ template <class T>
 __global__ void sum_n_kernel(Pointers<T> in, int k, const T* acc, T* out, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     int first = 0;
-    T s;
+    C<T> s;
     if (acc) {
-      s = acc[i];
+      s = up(acc[i]);
     } else {
-      s = in.p[0][i];
+      s = up(in.p[0][i]);
       first = 1;
     }
-    for (int j = first; j < k; ++j) s = static_cast<T>(s + in.p[j][i]);
-    out[i] = s;
+    for (int j = first; j < k; ++j) s = static_cast<C<T>>(s + up(in.p[j][i]));
+    out[i] = down<T>(s);
   }
 }
 
@@ -107,18 +150,18 @@ __global__ void sum_axis_kernel(const T* in, int64_t outer, int64_t length, int6
   const int64_t total = outer * inner;
   for (int64_t idx = first_index(); idx < total; idx += grid_stride()) {
     const int64_t o = idx / inner, i = idx % inner;
-    T s = T(0);
+    C<T> s = C<T>(0);
     const T* src = in + o * length * inner + i;
-    for (int64_t l = 0; l < length; ++l) s = static_cast<T>(s + src[l * inner]);
-    out[idx] = s;
+    for (int64_t l = 0; l < length; ++l) s = static_cast<C<T>>(s + up(src[l * inner]));
+    out[idx] = down<T>(s);
   }
 }
 
 template <class T>
 __global__ void divide_kernel(T* p, int64_t n, int64_t divisor) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    if constexpr (std::is_floating_point_v<T>)
-      p[i] = p[i] / static_cast<T>(divisor);
+    if constexpr (std::is_floating_point_v<C<T>>)
+      p[i] = down<T>(up(p[i]) / static_cast<C<T>>(divisor));
     else
       p[i] = static_cast<T>(p[i] / divisor);
   }
@@ -126,7 +169,7 @@ __global__ void divide_kernel(T* p, int64_t n, int64_t divisor) {
 
 template <class S, class D>
 __global__ void cast_kernel(const S* in, D* out, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = static_cast<D>(in[i]);
+  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = down<D>(static_cast<C<D>>(up(in[i])));
 }
 
 template <class T>
@@ -146,21 +189,27 @@ template <class T>
 __global__ void all_reduce_fused_vec_kernel(FusedPointers<T> p, int k, int64_t nvec, int64_t mean_divisor) {
   using V = Vec16<T>;
   for (int64_t i = first_index(); i < nvec; i += grid_stride()) {
-    V s = reinterpret_cast<const V*>(p.in[0])[i];
+    const V first = reinterpret_cast<const V*>(p.in[0])[i];
+    C<T> acc[V::kLanes];
+#pragma unroll
+    for (int e = 0; e < V::kLanes; ++e) acc[e] = up(first.v[e]);
     for (int j = 1; j < k; ++j) {
       const V x = reinterpret_cast<const V*>(p.in[j])[i];
 #pragma unroll
-      for (int e = 0; e < V::kLanes; ++e) s.v[e] = static_cast<T>(s.v[e] + x.v[e]);
+      for (int e = 0; e < V::kLanes; ++e) acc[e] = static_cast<C<T>>(acc[e] + up(x.v[e]));
     }
     if (mean_divisor > 0) {
 #pragma unroll
       for (int e = 0; e < V::kLanes; ++e) {
-        if constexpr (std::is_floating_point_v<T>)
-          s.v[e] = s.v[e] / static_cast<T>(mean_divisor);
+        if constexpr (std::is_floating_point_v<C<T>>)
+          acc[e] = acc[e] / static_cast<C<T>>(mean_divisor);
         else
-          s.v[e] = static_cast<T>(s.v[e] / mean_divisor);
+          acc[e] = static_cast<T>(acc[e] / mean_divisor);
       }
     }
+    V s;
+#pragma unroll
+    for (int e = 0; e < V::kLanes; ++e) s.v[e] = down<T>(acc[e]);
     for (int j = 0; j < k; ++j) reinterpret_cast<V*>(p.out[j])[i] = s;
   }
 }
@@ -168,14 +217,15 @@ __global__ void all_reduce_fused_vec_kernel(FusedPointers<T> p, int k, int64_t n
 template <class T>
 __global__ void all_reduce_fused_kernel(FusedPointers<T> p, int k, int64_t n, int64_t mean_divisor) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    T s = p.in[0][i];
-    for (int j = 1; j < k; ++j) s = static_cast<T>(s + p.in[j][i]);
+    C<T> acc = up(p.in[0][i]);
+    for (int j = 1; j < k; ++j) acc = static_cast<C<T>>(acc + up(p.in[j][i]));
     if (mean_divisor > 0) {
-      if constexpr (std::is_floating_point_v<T>)
-        s = s / static_cast<T>(mean_divisor);
+      if constexpr (std::is_floating_point_v<C<T>>)
+        acc = acc / static_cast<C<T>>(mean_divisor);
       else
-        s = static_cast<T>(s / mean_divisor);
+        acc = static_cast<T>(acc / mean_divisor);
     }
+    const T s = down<T>(acc);
     for (int j = 0; j < k; ++j) p.out[j][i] = s;
   }
 }

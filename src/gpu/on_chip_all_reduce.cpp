@@ -50,8 +50,7 @@ void reduce_on_first(ReduceOp op, CollectiveStep& step, const std::vector<GpuBac
       out[r] = step.outputs(r)[i].data();
     }
     if (host_leaf[i]) {
-      host.sum_n(first.dtype, in.data(), n, out[0], first.numel);
-      if (op == ReduceOp::MEAN) host.divide(first.dtype, out[0], first.numel, n);
+      host.sum_n_mean(first.dtype, in.data(), n, out[0], first.numel, op == ReduceOp::MEAN ? n : 0);
       for (int r = 1; r < n; ++r) std::memcpy(out[r], out[0], first.bytes());
       continue;
     }

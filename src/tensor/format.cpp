@@ -18,6 +18,8 @@ const char* dtype_name(DType dtype) noexcept {
     case DType::int32: return "int32";
     case DType::int64: return "int64";
     case DType::uint8: return "uint8";
+    case DType::float16: return "float16";
+    case DType::bfloat16: return "bfloat16";
   }
   return "unknown";
 }
@@ -29,6 +31,8 @@ std::size_t dtype_size(DType dtype) noexcept {
     case DType::int32: return 4;
     case DType::int64: return 8;
     case DType::uint8: return 1;
+    case DType::float16: return 2;
+    case DType::bfloat16: return 2;
   }
   return 0;
 }
@@ -37,18 +41,14 @@ std::size_t dtype_size(DType dtype) noexcept {
 
 namespace mirrored::detail {
 
-std::string format_float(double value, bool single_precision) {
-  if (std::isnan(value)) return "nan";
-  if (std::isinf(value)) return value < 0 ? "-inf" : "inf";
-  // Shortest digits that round-trip at the value's own precision, as Python and numpy print.
-  char buf[64];
-  auto res = single_precision
-                 ? std::to_chars(buf, buf + sizeof buf, static_cast<float>(value), std::chars_format::scientific)
-                 : std::to_chars(buf, buf + sizeof buf, value, std::chars_format::scientific);
-  std::string sci(buf, res.ptr);
+namespace {
+
+// Python's layout of shortest scientific digits `sci` ("-1.5e+02"): positional from 1e-4 up to
+// 10^upper_exponent (1e16 for Python's floats, 1e3 for numpy's float16), scientific outside.
+std::string layout_like_python(std::string sci, int upper_exponent = 16) {
   const auto e = sci.find('e');
   const int exponent = std::atoi(sci.c_str() + e + 1);
-  if (exponent < -4 || exponent >= 16) return sci;  // Python keeps scientific form here: 1e-05, 1e+16
+  if (exponent < -4 || exponent >= upper_exponent) return sci;  // Python keeps scientific form here: 1e-05, 1e+16
   std::string mantissa = sci.substr(0, e);
   std::string sign;
   if (mantissa[0] == '-') {
@@ -72,6 +72,41 @@ std::string format_float(double value, bool single_precision) {
   }
   if (frac_part.empty()) frac_part = "0";
   return sign + int_part + "." + frac_part;
+}
+
+}  // namespace
+
+std::string format_float(double value, bool single_precision) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value < 0 ? "-inf" : "inf";
+  // Shortest digits that round-trip at the value's own precision, as Python and numpy print.
+  char buf[64];
+  auto res = single_precision
+                 ? std::to_chars(buf, buf + sizeof buf, static_cast<float>(value), std::chars_format::scientific)
+                 : std::to_chars(buf, buf + sizeof buf, value, std::chars_format::scientific);
+  return layout_like_python(std::string(buf, res.ptr));
+}
+
+std::string format_half(float value, bool bfloat16) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value < 0 ? "-inf" : "inf";
+  const auto bits = [&](float f) {
+    return bfloat16 ? detail::float_to_bfloat16_bits(f) : detail::float_to_half_bits(f);
+  };
+  const std::uint16_t want = bits(value);
+  // The fewest significant digits that read back (correctly rounded to float, then to the 16-bit
+  // type: innocuous double rounding) as the same value. Nine digits always suffice for a float.
+  char buf[64];
+  std::to_chars_result res{};
+  for (int digits = 1; digits <= 9; ++digits) {
+    res = std::to_chars(buf, buf + sizeof buf, value, std::chars_format::scientific, digits - 1);
+    float back = 0;
+    std::from_chars(buf, res.ptr, back, std::chars_format::scientific);
+    if (bits(back) == want) break;
+  }
+  // numpy prints float16 scalars from 1e3 up in scientific form (`np.float16(2048)` is
+  // `2.048e+03`); bfloat16 has float's range and prints as float32 does.
+  return layout_like_python(std::string(buf, res.ptr), bfloat16 ? 16 : 3);
 }
 
 std::string format_shape(const Shape& shape) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"
@@ -46,20 +47,32 @@ void binary_loop(BinaryOp op, const T* a, bool a_scalar, const T* b, bool b_scal
   }
 }
 
+// Sums in replica order; float16 and bfloat16 accumulate in float and round once per element,
+// after the division by `mean_divisor` when it is > 0 (the other types ignore it).
 template <class T>
-void sum_n_loop(const void* const* inputs, int num_inputs, void* out_v, int64_t count) {
-  constexpr int64_t block = kSumBlockBytes / static_cast<int64_t>(sizeof(T));
-  T acc[block];
+void sum_n_loop(const void* const* inputs, int num_inputs, void* out_v, int64_t count, int64_t mean_divisor = 0) {
+  using Acc = compute_type_t<T>;
+  constexpr int64_t block = kSumBlockBytes / static_cast<int64_t>(sizeof(Acc));
+  Acc acc[block];
   T* out = static_cast<T*>(out_v);
   for (int64_t base = 0; base < count; base += block) {
     const int64_t len = std::min(block, count - base);
     const T* first = static_cast<const T*>(inputs[0]) + base;
-    for (int64_t i = 0; i < len; ++i) acc[i] = first[i];
+    for (int64_t i = 0; i < len; ++i) acc[i] = static_cast<Acc>(first[i]);
     for (int k = 1; k < num_inputs; ++k) {
       const T* in = static_cast<const T*>(inputs[k]) + base;
-      for (int64_t i = 0; i < len; ++i) acc[i] = static_cast<T>(acc[i] + in[i]);
+      for (int64_t i = 0; i < len; ++i) acc[i] = static_cast<Acc>(acc[i] + static_cast<Acc>(in[i]));
     }
-    std::memcpy(out + base, acc, static_cast<std::size_t>(len) * sizeof(T));
+    if constexpr (std::is_same_v<Acc, T>) {
+      std::memcpy(out + base, acc, static_cast<std::size_t>(len) * sizeof(T));
+    } else {
+      if (mean_divisor > 0) {
+        const float d = static_cast<float>(mean_divisor);
+        for (int64_t i = 0; i < len; ++i) out[base + i] = static_cast<T>(acc[i] / d);
+      } else {
+        for (int64_t i = 0; i < len; ++i) out[base + i] = static_cast<T>(acc[i]);
+      }
+    }
   }
 }
 
@@ -96,17 +109,39 @@ class HostBackend final : public DeviceBackend {
     visit_dtype(dtype, [&](auto zero) { sum_n_loop<decltype(zero)>(inputs, num_inputs, out, count); });
   }
 
+  void sum_n_mean(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count,
+                  int64_t mean_divisor) override {
+    if (!dtype_is_half(dtype) || mean_divisor <= 0) {
+      DeviceBackend::sum_n_mean(dtype, inputs, num_inputs, out, count, mean_divisor);
+      return;
+    }
+    visit_dtype(dtype, [&](auto zero) {
+      if constexpr (is_half_v<decltype(zero)>) sum_n_loop<decltype(zero)>(inputs, num_inputs, out, count, mean_divisor);
+    });
+  }
+
   void sum_axis(DType dtype, const void* in_v, int64_t outer, int64_t length, int64_t inner, void* out_v) override {
     visit_dtype(dtype, [&](auto zero) {
       using T = decltype(zero);
+      using Acc = compute_type_t<T>;
       const T* in = static_cast<const T*>(in_v);
       T* out = static_cast<T*>(out_v);
+      std::vector<Acc> acc;  // float sums for the half types, rounded once at the end
       for (int64_t o = 0; o < outer; ++o) {
         T* dst = out + o * inner;
-        std::fill_n(dst, inner, T{0});
-        for (int64_t l = 0; l < length; ++l) {
-          const T* src = in + (o * length + l) * inner;
-          for (int64_t i = 0; i < inner; ++i) dst[i] = static_cast<T>(dst[i] + src[i]);
+        if constexpr (std::is_same_v<Acc, T>) {
+          std::fill_n(dst, inner, T{0});
+          for (int64_t l = 0; l < length; ++l) {
+            const T* src = in + (o * length + l) * inner;
+            for (int64_t i = 0; i < inner; ++i) dst[i] = static_cast<T>(dst[i] + src[i]);
+          }
+        } else {
+          acc.assign(static_cast<std::size_t>(inner), Acc{0});
+          for (int64_t l = 0; l < length; ++l) {
+            const T* src = in + (o * length + l) * inner;
+            for (int64_t i = 0; i < inner; ++i) acc[i] += static_cast<Acc>(src[i]);
+          }
+          for (int64_t i = 0; i < inner; ++i) dst[i] = static_cast<T>(acc[i]);
         }
       }
     });
@@ -116,7 +151,10 @@ class HostBackend final : public DeviceBackend {
     visit_dtype(dtype, [&](auto zero) {
       using T = decltype(zero);
       T* p = static_cast<T*>(inout);
-      if constexpr (std::is_floating_point_v<T>) {
+      if constexpr (is_half_v<T>) {  // divide in float, round once
+        const float d = static_cast<float>(divisor);
+        for (int64_t i = 0; i < count; ++i) p[i] = static_cast<T>(static_cast<float>(p[i]) / d);
+      } else if constexpr (std::is_floating_point_v<T>) {
         const T d = static_cast<T>(divisor);
         for (int64_t i = 0; i < count; ++i) p[i] = p[i] / d;
       } else {

@@ -99,6 +99,9 @@ class HeaderParser {
     }
     skip_ws();
     if (pos_ != text_.size()) fail("unexpected data after the header object");
+    if (!unsupported_.empty())
+      throw InvalidArgumentError(
+          str_cat(prefix(path_), unsupported_, " (mirrored holds F32, F64, I32, I64, U8, F16, BF16)"));
     return h;
   }
 
@@ -258,8 +261,12 @@ class HeaderParser {
           have_dtype = true;
           const std::string d = parse_string();
           const auto dt = dtype_from_name(d);
-          if (!dt) fail(str_cat(who, ": unsupported dtype ", quoted(d), " (supported: F32, F64, I32, I64, U8)"));
-          info.dtype = *dt;
+          // A dtype mirrored cannot hold (F8_E4M3, C64, ...) does not make the header corrupt: it
+          // is reported once the whole header has parsed (a broken one is reported as such).
+          if (dt)
+            info.dtype = *dt;
+          else if (unsupported_.empty())
+            unsupported_ = str_cat(who, " has unsupported dtype ", quoted(d));
         } else if (key == "shape") {
           if (have_shape) fail(str_cat(who, ": duplicate \"shape\""));
           have_shape = true;
@@ -291,6 +298,7 @@ class HeaderParser {
   }
 
   std::string_view text_;
+  std::string unsupported_;  // the first tensor with a dtype mirrored cannot hold, and that dtype
   const std::string& path_;
   std::size_t pos_ = 0;
 };

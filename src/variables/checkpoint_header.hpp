@@ -18,8 +18,8 @@ struct DtypeEntry {
   const char* name;
 };
 inline constexpr DtypeEntry kDtypes[] = {
-    {DType::float32, "F32"}, {DType::float64, "F64"}, {DType::int32, "I32"},
-    {DType::int64, "I64"},   {DType::uint8, "U8"},
+    {DType::float32, "F32"}, {DType::float64, "F64"}, {DType::int32, "I32"},     {DType::int64, "I64"},
+    {DType::uint8, "U8"},    {DType::float16, "F16"}, {DType::bfloat16, "BF16"},
 };
 
 /// `checkpoint 'path': ` — the prefix of every message.

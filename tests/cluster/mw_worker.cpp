@@ -107,10 +107,16 @@ void check_collectives(MultiWorkerMirroredStrategy& s) {
     auto m = ctx->all_reduce(ReduceOp::MEAN, Tensor<double>::full({2}, 2.0 * (g + 1)));
     auto i = ctx->all_reduce(ReduceOp::SUM, Tensor<int32_t>{g, 1});
     auto nest = ctx->all_reduce(ReduceOp::SUM, std::make_tuple(Tensor<float>::scalar(1.0f), int64_t{g}));
-    return std::make_tuple(t.to_vector(), m.to_vector(), i.to_vector(), std::get<0>(nest).item(), std::get<1>(nest));
+    // The 2-byte floats cross workers too (Gloo exchanges them as float).
+    auto h = ctx->all_reduce(ReduceOp::SUM, Tensor<float16>::full({5}, float16(static_cast<float>(g + 1))));
+    auto b = ctx->all_reduce(ReduceOp::MEAN, Tensor<bfloat16>::full({3}, bfloat16(2.0f * (g + 1))));
+    return std::make_tuple(t.to_vector(), m.to_vector(), i.to_vector(), std::get<0>(nest).item(), std::get<1>(nest),
+                           static_cast<float>(h.to_vector()[4]), static_cast<float>(b.to_vector()[2]));
   });
   for (int r = 0; r < R; ++r) {
-    const auto& [t, m, i, one, gs] = reduced[r];
+    const auto& [t, m, i, one, gs, h, b] = reduced[r];
+    CHECK(h == sum_g1, h);
+    CHECK(b == static_cast<float>(N + 1), b);
     CHECK(t == std::vector<float>(3, sum_g1), t[0]);
     CHECK(m == std::vector<double>(2, N + 1.0), m[0]);
     CHECK(i == (std::vector<int32_t>{N * (N - 1) / 2, N}), i[0]);

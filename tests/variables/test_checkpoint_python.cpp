@@ -116,5 +116,47 @@ save_file({
   EXPECT_EQ(ck.metadata().at("origin"), "python");
 }
 
+TEST_F(CheckpointFormat, Float16FilesInteroperateWithPythonSafetensors) {
+  const std::string py = python_with_safetensors();
+  if (py.empty()) GTEST_SKIP() << "python3 with the safetensors and numpy packages is not installed";
+
+  // Python writes F16 (numpy's float16), we load it bit-exact.
+  const std::string from_python = file("f16_from_python.safetensors");
+  const std::string write = file("write_f16.py");
+  write_file(write, R"PY(
+import sys
+import numpy as np
+from safetensors.numpy import save_file
+bits = np.array([0x3c00, 0xc000, 0x7bff, 0x0001, 0x8000, 0x7c00, 0x3555], dtype=np.uint16)
+save_file({"h": bits.view(np.float16).reshape(7, 1), "f": np.array([1.5], dtype=np.float32)}, sys.argv[1])
+)PY");
+  std::string cmd = py + " " + write + " " + from_python + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const auto ck = checkpoint::load(from_python, {.require_checksum = false});
+  std::vector<std::uint16_t> bits;
+  for (float16 h : ck.get<float16>("h", {7, 1}).to_vector()) bits.push_back(h.bits());
+  EXPECT_EQ(bits, (std::vector<std::uint16_t>{0x3c00, 0xc000, 0x7bff, 0x0001, 0x8000, 0x7c00, 0x3555}));
+  EXPECT_EQ(ck.get<float>("f", {1}).item(), 1.5f);
+
+  // We write F16, Python reads the same values.
+  const std::string for_python = file("f16_for_python.safetensors");
+  checkpoint::save_tensors(
+      for_python,
+      {{"h", untyped(Tensor<float16>::from_vector({float16(0.1f), float16(-65504.0f), float16(2049.0f)}, {3}))}});
+  const std::string check = file("check_f16.py");
+  write_file(check, R"PY(
+import sys
+import numpy as np
+from safetensors.numpy import load_file
+got = load_file(sys.argv[1])["h"]
+want = np.array([0.1, -65504, 2049], dtype=np.float16)
+ok = got.dtype == np.float16 and got.shape == (3,) and got.tobytes() == want.tobytes()
+print("python safetensors F16: OK" if ok else "python safetensors F16: FAILED %r" % (got,))
+sys.exit(0 if ok else 1)
+)PY");
+  cmd = py + " " + check + " " + for_python + " 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
 }  // namespace
 }  // namespace mirrored

@@ -114,6 +114,14 @@ class DeviceBackend {
   /// `out[i] = in[0][i] + in[1][i] + ... + in[n-1][i]`, summed in that order so that results are
   /// bitwise reproducible. `out` may alias any input.
   virtual void sum_n(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count) = 0;
+  /// `sum_n`, then, when `mean_divisor` > 0, `divide` by it (MEAN). A backend that fuses the two
+  /// divides float16 and bfloat16 sums in float before their one rounding (the host backend does);
+  /// this default rounds the sum, then the quotient.
+  virtual void sum_n_mean(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count,
+                          int64_t mean_divisor) {
+    sum_n(dtype, inputs, num_inputs, out, count);
+    if (mean_divisor > 0) divide(dtype, out, count, mean_divisor);
+  }
   /// Sums along the middle axis of a `[outer, length, inner]` row-major array into `[outer, inner]`,
   /// in index order (`length` may be 0: the result is then zeros).
   virtual void sum_axis(DType dtype, const void* in, int64_t outer, int64_t length, int64_t inner, void* out) = 0;

@@ -16,12 +16,19 @@ namespace mirrored::detail {
 
 /// Python's `repr` of a float: shortest round-trip digits, `1.0`, `0.5`, `1e-05`, `nan`, `inf`.
 std::string format_float(double value, bool single_precision);
+/// The same for a float16 (`bfloat16` false) or bfloat16 value: the shortest digits that read back
+/// as the same 16-bit value, laid out as numpy prints `np.float16` scalars (scientific from 1e3 up:
+/// `65504` prints `6.55e+04`, `0.1` prints `0.1`); bfloat16 (which numpy lacks) is laid out as
+/// float32 (scientific from 1e16 up).
+std::string format_half(float value, bool bfloat16);
 
 /// One element as numpy prints it inside an array (floats like Python floats, ints plainly).
 template <class T>
 std::string format_element(T v) {
   if constexpr (std::is_same_v<T, float>)
     return format_float(v, true);
+  else if constexpr (is_half_v<T>)
+    return format_half(static_cast<float>(v), std::is_same_v<T, bfloat16>);
   else if constexpr (std::is_floating_point_v<T>)
     return format_float(v, false);
   else if constexpr (std::is_same_v<T, bool>)

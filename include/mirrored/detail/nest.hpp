@@ -109,7 +109,7 @@ constexpr bool is_nest() {
 template <class X>
 constexpr bool nest_has_integer_leaf() {
   if constexpr (is_leaf_v<X>)
-    return !std::is_floating_point_v<typename leaf_element<X>::type>;
+    return !is_floating_element_v<typename leaf_element<X>::type>;
   else if constexpr (is_vector<X>::value)
     return nest_has_integer_leaf<typename X::value_type>();
   else if constexpr (is_string_map<X>::value)

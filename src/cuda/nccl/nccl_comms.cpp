@@ -67,6 +67,10 @@ ncclDataType_t nccl_type(DType d) {
     case DType::float64: return ncclFloat64;
     case DType::int32: return ncclInt32;
     case DType::int64: return ncclInt64;
+    // NCCL reduces these in their own precision along its ring (a rounding per hop, unlike the
+    // float accumulation of the host and kernel paths).
+    case DType::float16: return ncclFloat16;
+    case DType::bfloat16: return ncclBfloat16;
     case DType::uint8: break;
   }
   return ncclUint8;

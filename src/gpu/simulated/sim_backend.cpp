@@ -294,8 +294,7 @@ void Backend::all_reduce_fused(DType dtype, const void* const* in, void* const* 
     // Every input is read before any output is written, like the one CUDA kernel.
     const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
     std::vector<unsigned char> total(bytes);
-    host_backend().sum_n(dtype, ins.data(), n, total.data(), count);
-    if (mean_divisor > 0) host_backend().divide(dtype, total.data(), count, mean_divisor);
+    host_backend().sum_n_mean(dtype, ins.data(), n, total.data(), count, mean_divisor);
     for (void* o : outs) std::memcpy(o, total.data(), bytes);
   });
 }
