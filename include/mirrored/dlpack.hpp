@@ -8,7 +8,8 @@
 /// Mapping. Devices: host memory (`kDLCPU`, and `kDLCUDAHost`, CUDA's pinned host memory) is a
 /// `CPU:k` tensor; `kDLCUDA` device `n` is the GPU whose CUDA ordinal is `n` (`GPU:n` unless a GPU
 /// is split into logical GPUs). Dtypes: float32 ↔ {kDLFloat, 32, 1}, float64 ↔ {kDLFloat, 64, 1},
-/// int32 ↔ {kDLInt, 32, 1}, int64 ↔ {kDLInt, 64, 1}, uint8 ↔ {kDLUInt, 8, 1}.
+/// int32 ↔ {kDLInt, 32, 1}, int64 ↔ {kDLInt, 64, 1}, uint8 ↔ {kDLUInt, 8, 1},
+/// float16 ↔ {kDLFloat, 16, 1}, bfloat16 ↔ {kDLBfloat, 16, 1}.
 ///
 /// Ordering. DLPack 0.6 has no way to say which stream the data is ready on: `to_dlpack` waits for
 /// the calling thread's work on the tensor's device, and `from_dlpack` expects the producer to have
@@ -45,6 +46,8 @@ inline std::optional<DLDataType> dlpack_dtype(DType dtype) noexcept {
   if (dtype == DType::int32) return DLDataType{kDLInt, 32, 1};
   if (dtype == DType::int64) return DLDataType{kDLInt, 64, 1};
   if (dtype == DType::uint8) return DLDataType{kDLUInt, 8, 1};
+  if (dtype == DType::float16) return DLDataType{kDLFloat, 16, 1};
+  if (dtype == DType::bfloat16) return DLDataType{kDLBfloat, 16, 1};
   return std::nullopt;
 }
 
@@ -54,7 +57,8 @@ inline std::string describe_dlpack_dtype(const DLDataType& t) {
   std::string out = str_cat("{code ", unsigned{t.code});
   if (t.code < sizeof(kCodes) / sizeof(kCodes[0])) out += str_cat(" (", kCodes[t.code], ")");
   out += str_cat(", bits ", unsigned{t.bits}, ", lanes ", unsigned{t.lanes}, "}");
-  for (DType d : {DType::float32, DType::float64, DType::int32, DType::int64, DType::uint8}) {
+  for (DType d : {DType::float32, DType::float64, DType::int32, DType::int64, DType::uint8, DType::float16,
+                  DType::bfloat16}) {
     const auto m = dlpack_dtype(d);
     if (m->code == t.code && m->bits == t.bits && m->lanes == t.lanes) return out + " = " + dtype_name(d);
   }

@@ -48,6 +48,8 @@ constexpr DLDataType dl_dtype_of() {
   if constexpr (std::is_same_v<T, double>) return {kDLFloat, 64, 1};
   if constexpr (std::is_same_v<T, int32_t>) return {kDLInt, 32, 1};
   if constexpr (std::is_same_v<T, int64_t>) return {kDLInt, 64, 1};
+  if constexpr (std::is_same_v<T, float16>) return {kDLFloat, 16, 1};
+  if constexpr (std::is_same_v<T, bfloat16>) return {kDLBfloat, 16, 1};
   return {kDLUInt, 8, 1};
 }
 
@@ -87,7 +89,7 @@ std::vector<T> iota_values(int64_t n) {
 
 template <class T>
 class DLPackTyped : public ::testing::Test {};
-using ElementTypes = ::testing::Types<float, double, int32_t, int64_t, uint8_t>;
+using ElementTypes = ::testing::Types<float, double, int32_t, int64_t, uint8_t, float16, bfloat16>;
 TYPED_TEST_SUITE(DLPackTyped, ElementTypes);
 
 TYPED_TEST(DLPackTyped, ToDLPackDescribesTheTensorsOwnMemory) {
@@ -340,8 +342,9 @@ TEST(DLPack, EveryOtherDtypeIsRefused) {
       {{kDLInt, 32, 1}, "{code 0 (kDLInt), bits 32, lanes 1} = int32"},
       {{kDLUInt, 32, 1}, "{code 1 (kDLUInt), bits 32, lanes 1}"},
       {{kDLFloat, 32, 4}, "{code 2 (kDLFloat), bits 32, lanes 4}"},  // a vector type
-      {{kDLFloat, 16, 1}, "{code 2 (kDLFloat), bits 16, lanes 1}"},
-      {{kDLBfloat, 16, 1}, "{code 4 (kDLBfloat), bits 16, lanes 1}"},
+      {{kDLFloat, 16, 1}, "{code 2 (kDLFloat), bits 16, lanes 1} = float16"},
+      {{kDLBfloat, 16, 1}, "{code 4 (kDLBfloat), bits 16, lanes 1} = bfloat16"},
+      {{kDLFloat, 8, 1}, "{code 2 (kDLFloat), bits 8, lanes 1}"},
       {{kDLComplex, 64, 1}, "{code 5 (kDLComplex), bits 64, lanes 1}"},
       {{kDLOpaqueHandle, 32, 1}, "{code 3 (kDLOpaqueHandle), bits 32, lanes 1}"},
       {{200, 32, 1}, "{code 200, bits 32, lanes 1}"},
