@@ -182,8 +182,10 @@ class HostBackend final : public DeviceBackend {
 }  // namespace
 
 DeviceBackend& host_backend() {
-  static HostBackend backend;
-  return backend;
+  // Leaked on purpose, like the GPU runtime: a simulated GPU's stream threads run the host's loops
+  // and may still be doing so while static objects are destroyed at exit.
+  static DeviceBackend* const backend = new HostBackend;
+  return *backend;
 }
 
 }  // namespace mirrored::detail
