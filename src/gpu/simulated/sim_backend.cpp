@@ -122,7 +122,12 @@ void Backend::check_stream(const Stream& s, const char* op) const {
 }
 
 void Backend::synchronize_for(double timeout_s) {
-  Stream& s = stream_for_call();
+  // The stream's own failure first: its thread marks the chip unusable when the work fails, and a
+  // synchronisation that comes after must still report that failure itself (InternalError), as
+  // CUDA returns a sticky error to the first call that waits for the stream, not a refusal.
+  Stream& s = stream(current_stream());
+  check_stream(s, "synchronize");
+  check_gpu_usable(logical_, chip_.physical());
   if (!s.wait(s.last_ticket(), deadline_after(timeout_s))) {
     throw DeadlineExceededError(str_cat("synchronize on ", describe_gpu_call_site(logical_, chip_.physical()),
                                         ": the work queued on the simulated ", s.name(), " did not finish within ",
