@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "collectives/replicas_and_ops.hpp"
 #include "harness.hpp"
 
 namespace mirrored {
@@ -18,21 +19,11 @@ using ::testing::HasSubstr;
 using testing::message_of;
 using testing::Seen;
 
-enum class Ops { InProcess, ToOneDevice };
+using testing::Ops;
 
-class AgreementTest : public ::testing::TestWithParam<std::tuple<int, Ops>> {
+class AgreementTest : public testing::ReplicasAndOps {
  protected:
-  int n() const { return std::get<0>(GetParam()); }
   int last() const { return n() - 1; }  // the replica that disagrees
-  std::unique_ptr<MirroredStrategy> make() const {
-    std::shared_ptr<CrossDeviceOps> ops;
-    if (std::get<1>(GetParam()) == Ops::ToOneDevice)
-      ops = std::make_shared<ReductionToOneDevice>();
-    else
-      ops = std::make_shared<InProcessAllReduce>();
-    return std::make_unique<MirroredStrategy>(cpus(n()), ops);
-  }
-  static int id() { return get_replica_context()->replica_id_in_sync_group(); }
 
   // Runs `fn` (which makes replica last() disagree) and returns run's InvalidArgumentError
   // message, after checking that every replica saw that same error (none was left to time out or
@@ -228,10 +219,7 @@ TEST_P(AgreementTest, MergeCallResultTypesMustAgree) {
 INSTANTIATE_TEST_SUITE_P(Replicas, AgreementTest,
                          ::testing::Combine(::testing::Values(2, 3, 4),
                                             ::testing::Values(Ops::InProcess, Ops::ToOneDevice)),
-                         [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "replicas_" +
-                                  (std::get<1>(info.param) == Ops::InProcess ? "InProcess" : "ToOneDevice");
-                         });
+                         testing::replicas_and_ops_name);
 
 }  // namespace
 }  // namespace mirrored

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 
+#include "collectives/replicas_and_ops.hpp"
 #include "harness.hpp"
 
 namespace mirrored {
@@ -14,19 +15,10 @@ using testing::cpus;
 using ::testing::HasSubstr;
 using testing::message_of;
 
-enum class Ops { InProcess, ToOneDevice };
+using testing::Ops;
 
-class CollectiveTest : public ::testing::TestWithParam<std::tuple<int, Ops>> {
+class CollectiveTest : public testing::ReplicasAndOps {
  protected:
-  int n() const { return std::get<0>(GetParam()); }
-  std::unique_ptr<MirroredStrategy> make() const {
-    std::shared_ptr<CrossDeviceOps> ops;
-    if (std::get<1>(GetParam()) == Ops::ToOneDevice)
-      ops = std::make_shared<ReductionToOneDevice>();
-    else
-      ops = std::make_shared<InProcessAllReduce>();
-    return std::make_unique<MirroredStrategy>(cpus(n()), ops);
-  }
   int id_sum() const { return n() * (n() - 1) / 2; }
   static int id() { return get_replica_context()->replica_id_in_sync_group(); }
 };
@@ -269,10 +261,7 @@ TEST_P(CollectiveTest, AllGatherErrors) {
 INSTANTIATE_TEST_SUITE_P(Replicas, CollectiveTest,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4),
                                             ::testing::Values(Ops::InProcess, Ops::ToOneDevice)),
-                         [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "replicas_" +
-                                  (std::get<1>(info.param) == Ops::InProcess ? "InProcess" : "ToOneDevice");
-                         });
+                         testing::replicas_and_ops_name);
 
 }  // namespace
 }  // namespace mirrored

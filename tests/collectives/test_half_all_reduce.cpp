@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "collectives/replicas_and_ops.hpp"
 #include "harness.hpp"
 #include "mirrored/half.hpp"
 
@@ -15,21 +16,9 @@ namespace {
 
 using testing::cpus;
 
-enum class Ops { InProcess, ToOneDevice };
+using testing::Ops;
 
-class HalfAllReduceTest : public ::testing::TestWithParam<std::tuple<int, Ops>> {
- public:
-  int n() const { return std::get<0>(GetParam()); }
-  std::unique_ptr<MirroredStrategy> make() const {
-    std::shared_ptr<CrossDeviceOps> ops;
-    if (std::get<1>(GetParam()) == Ops::ToOneDevice)
-      ops = std::make_shared<ReductionToOneDevice>();
-    else
-      ops = std::make_shared<InProcessAllReduce>();
-    return std::make_unique<MirroredStrategy>(cpus(n()), ops);
-  }
-  static int id() { return get_replica_context()->replica_id_in_sync_group(); }
-};
+class HalfAllReduceTest : public testing::ReplicasAndOps {};
 
 template <class H>
 std::vector<float> floats(const Tensor<H>& t) {
@@ -125,10 +114,7 @@ TEST_P(HalfAllReduceTest, LargeOddSizedBuffersAndMixedDtypesAreExact) {
 INSTANTIATE_TEST_SUITE_P(Replicas, HalfAllReduceTest,
                          ::testing::Combine(::testing::Values(1, 2, 4),
                                             ::testing::Values(Ops::InProcess, Ops::ToOneDevice)),
-                         [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "replicas_" +
-                                  (std::get<1>(info.param) == Ops::InProcess ? "InProcess" : "ToOneDevice");
-                         });
+                         testing::replicas_and_ops_name);
 
 }  // namespace
 }  // namespace mirrored
