@@ -16,7 +16,7 @@ enum class Ops { InProcess, ToOneDevice };
 
 /// A test parameterised by (replicas, ops): `make()` builds the strategy on `n()` CPU replicas.
 class ReplicasAndOps : public ::testing::TestWithParam<std::tuple<int, Ops>> {
- protected:
+ public:  // helpers outside a fixture take it as an argument
   int n() const { return std::get<0>(GetParam()); }
   std::unique_ptr<MirroredStrategy> make() const {
     std::shared_ptr<CrossDeviceOps> ops;
