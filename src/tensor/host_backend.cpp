@@ -52,9 +52,18 @@ void binary_loop(BinaryOp op, const T* a, bool a_scalar, const T* b, bool b_scal
 template <class T>
 void sum_n_loop(const void* const* inputs, int num_inputs, void* out_v, int64_t count, int64_t mean_divisor = 0) {
   using Acc = compute_type_t<T>;
+  T* out = static_cast<T*>(out_v);
+  if constexpr (std::is_same_v<Acc, T>) {
+    if (num_inputs == 2) {
+      // Two inputs (the pairwise steps of the ring between workers): one pass, no block buffer.
+      const T* a = static_cast<const T*>(inputs[0]);
+      const T* b = static_cast<const T*>(inputs[1]);
+      for (int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(a[i] + b[i]);
+      return;
+    }
+  }
   constexpr int64_t block = kSumBlockBytes / static_cast<int64_t>(sizeof(Acc));
   Acc acc[block];
-  T* out = static_cast<T*>(out_v);
   for (int64_t base = 0; base < count; base += block) {
     const int64_t len = std::min(block, count - base);
     const T* first = static_cast<const T*>(inputs[0]) + base;
