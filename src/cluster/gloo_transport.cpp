@@ -1,7 +1,7 @@
-// The cross-worker transport over Gloo's TCP transport: ring all-reduce, all-gather and broadcast
-// of Gloo's algorithm library, with the workers' addresses exchanged through the job's store.
+// The cross-worker transport over Gloo's TCP transport: a ring all-reduce on Gloo's point-to-point
+// buffers (gloo_ring.hpp says why not Gloo's own), all-gather and broadcast of Gloo's algorithm
+// library, with the workers' addresses exchanged through the job's store.
 #include <gloo/allgatherv.h>
-#include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
@@ -14,6 +14,7 @@
 #include <mutex>
 #include <vector>
 
+#include "cluster/gloo_ring.hpp"
 #include "cluster/gloo_transport.hpp"
 #include "cluster/socket.hpp"
 #include "mirrored/detail/device_backend.hpp"
@@ -168,20 +169,15 @@ class GlooTransport : public WorkerTransport {
 
   template <class T>
   void all_reduce_typed(const void* in, void* out, int64_t count, Clock::time_point deadline) {
-    gloo::AllreduceOptions opts(context_);
-    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-    const auto n = static_cast<std::size_t>(count);
-    if (in != out) opts.setInput(static_cast<T*>(const_cast<void*>(in)), n);
-    opts.setOutput(static_cast<T*>(out), n);
-    // Sums with the host backend's kernel ((a + b) in that order), as every host reduction here.
+    // Sums with the host backend's kernel ((own + incoming) in that order), as every host
+    // reduction here.
     const DType dtype = dtype_of<T>();
-    opts.setReduceFunction([dtype](void* c, const void* a, const void* b, std::size_t elements) {
-      const void* parts[2] = {a, b};
-      backend_for(cpu0).sum_n(dtype, parts, 2, c, static_cast<int64_t>(elements));
-    });
-    opts.setTag(next_tag());
-    opts.setTimeout(until(deadline));
-    gloo::allreduce(opts);
+    auto reduce = [dtype](void* dst, const void* own, const void* incoming, std::size_t elements) {
+      const void* parts[2] = {own, incoming};
+      backend_for(cpu0).sum_n(dtype, parts, 2, dst, static_cast<int64_t>(elements));
+    };
+    ring_all_reduce(*context_, in, out, static_cast<std::size_t>(count), sizeof(T), reduce, next_tag(), deadline,
+                    ring_scratch_);
   }
 
   // Gloo's ring would add pairs in the 2-byte type, rounding at every hop: the workers exchange
@@ -214,6 +210,7 @@ class GlooTransport : public WorkerTransport {
   std::atomic<bool> interrupted_{false};
   std::mutex interrupt_mu_;
   uint32_t tag_ = 1;
+  std::vector<unsigned char> ring_scratch_;  // ring_all_reduce's, reused (calls are serial)
 };
 
 }  // namespace

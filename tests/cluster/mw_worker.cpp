@@ -5,8 +5,8 @@
 //
 //   mirrored_mw_worker <scenario> [--replicas R] [--timeout S] [--victim K] [--step N]
 //
-// Scenarios: collectives, mismatch, kill (worker K kills itself at step N), stop (worker K stops
-// itself), never_join (expects the start-up to fail), leave_early (worker K leaves after N steps),
+// Scenarios: collectives, ring (all-reduces of uneven sizes), mismatch, kill (worker K kills itself at step N), stop
+// (worker K stops itself), never_join (expects the start-up to fail), leave_early (worker K leaves after N steps),
 // hello (prints and exits).
 #include <signal.h>
 #include <unistd.h>
@@ -283,6 +283,47 @@ int collectives(const Args& a) {
   return g_failures ? 1 : 0;
 }
 
+// The ring all-reduce between workers at the sizes where its blocks and segments go uneven:
+// fewer elements than workers, sizes around a multiple of the worker count, and buffers of
+// several segments per block (a block of 1.5M floats on 2 workers is 3 MB: 3 segments). Every
+// element checked, for each dtype the ring carries.
+template <class T>
+void check_ring_sizes(MultiWorkerMirroredStrategy& s, const std::vector<int64_t>& sizes) {
+  const int W = s.extended().num_workers();
+  const int R = static_cast<int>(s.extended().worker_devices().size());
+  for (const int64_t n : sizes) {
+    auto out = s.run([n] {
+      const int g = get_replica_context()->replica_id_in_sync_group();
+      std::vector<T> v(static_cast<std::size_t>(n));
+      for (int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = static_cast<T>(i % 7 + g);
+      return get_replica_context()->all_reduce(ReduceOp::SUM, Tensor<T>::from_vector(std::move(v), {n}));
+    });
+    const int N = W * R;
+    for (int r = 0; r < R; ++r) {
+      const std::vector<T> got = out[r].to_vector();
+      int64_t bad = -1;
+      for (int64_t i = 0; i < n && bad < 0; ++i) {
+        const T want = static_cast<T>(N * (i % 7) + N * (N - 1) / 2);
+        if (got[static_cast<std::size_t>(i)] != want) bad = i;
+      }
+      CHECK(bad < 0, dtype_name(dtype_of<T>()), " n=", n, " replica ", r, " element ", bad);
+    }
+  }
+}
+
+int ring(const Args& a) {
+  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  const std::vector<int64_t> small{1, 2, 3, 5, 63, 64, 65, 1001};
+  check_ring_sizes<float>(s, small);
+  check_ring_sizes<float>(s, {1'500'001});
+  check_ring_sizes<double>(s, {7, 700'003});
+  check_ring_sizes<int32_t>(s, small);
+  check_ring_sizes<int64_t>(s, {3, 1001});
+  check_ring_sizes<uint8_t>(s, {1, 4097});
+  if (g_failures == 0) std::cout << "OK worker " << s.extended().worker_index() << std::endl;
+  return g_failures ? 1 : 0;
+}
+
 // Worker 1 calls a different collective: every worker gets FailedPreconditionError.
 int mismatch(const Args& a) {
   MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
@@ -437,6 +478,7 @@ int main(int argc, char** argv) {
   try {
     if (a.scenario == "collectives") return collectives(a);
     if (a.scenario == "mismatch") return mismatch(a);
+    if (a.scenario == "ring") return ring(a);
     if (a.scenario == "kill") return fault(a, true);
     if (a.scenario == "stop") return fault(a, false);
     if (a.scenario == "never_join") return never_join(a);

@@ -59,6 +59,26 @@ INSTANTIATE_TEST_SUITE_P(Clusters, Collectives,
                                   "Replicas" + (info.param.shm ? "SharedMemory" : "Tcp");
                          });
 
+// The ring between workers (TCP) at uneven sizes, in place (2 replicas: the local sum is reduced
+// across workers where it lies) and not (1 replica: input and output differ).
+class RingSizes : public ::testing::TestWithParam<Config> {};
+
+TEST_P(RingSizes, EveryElementIsTheExactSum) {
+  const Config c = GetParam();
+  Job job(c.workers, ranks(c.workers), worker("ring", {"--replicas", std::to_string(c.replicas)}), kTcp);
+  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  for (int w = 0; w < c.workers; ++w) {
+    EXPECT_EQ(job.code(w), 0) << job.outputs();
+    EXPECT_THAT(job.output(w), HasSubstr("OK worker " + std::to_string(w)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Clusters, RingSizes, ::testing::Values(Config{2, 1, false}, Config{3, 2, false}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.workers) + "Workers" + std::to_string(info.param.replicas) +
+                                  "Replicas";
+                         });
+
 TEST(MultiWorker, TheFileStoreWorksLikeTheChiefsStore) {
   testing::TempDir dir;
   Job job(2, ranks(2), worker("collectives", {"--replicas", "1"}),
