@@ -21,9 +21,21 @@
 //                                the run itself gets slower mean spinning rather than sleeping)
 //   idle_cores                   process CPU / wall over 50 ms with nothing running, after the
 //                                loop: ~0 unless idle replica threads (or barrier threads) spin
+//
+// BM_TimelineOverhead: the same empty runs with the timeline (<mirrored/timeline.hpp>) off and on,
+// paired in each iteration: a batch of kBatch runs with it off, then `timeline::start` into a
+// temporary file and 4 runs that set up each thread's buffer (not timed), a batch with it on (every
+// replica records its "run" event), then `timeline::stop` (timed separately: it formats and writes the
+// batch's events, work the writer thread does in the background of a long recording).
+//   off_us, on_us                wall µs per run without / with the timeline
+//   overhead, overhead_med       on_us / off_us - 1, and the median over iterations of the paired
+//                                ratio - 1 (the target is <= 0.05)
+//   write_us                     `stop` (format, write, close) per run of the batch
 #include <benchmark/benchmark.h>
 
+#include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -37,6 +49,7 @@
 #include <vector>
 
 #include <mirrored/mirrored.hpp>
+#include <mirrored/timeline.hpp>
 
 #include "bench_util.hpp"
 
@@ -151,6 +164,66 @@ void BM_RunOverhead(benchmark::State& state) {
 }
 
 BENCHMARK(BM_RunOverhead)
+    ->ArgName("replicas")
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->Arg(8)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_TimelineOverhead(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  MirroredStrategy& strategy = strategy_for(n);
+  auto empty = [] {};
+  char dir[] = "/tmp/mirrored_bench_timeline_XXXXXX";
+  if (!mkdtemp(dir)) {
+    state.SkipWithError("mkdtemp failed");
+    return;
+  }
+  const std::string path = std::string(dir) + "/timeline.json";
+  for (int i = 0; i < kBatch; ++i) strategy.run(empty);  // warm-up
+
+  double off_wall = 0, on_wall = 0, write_wall = 0;
+  std::vector<double> paired;  // on batch / off batch, per iteration
+  int64_t iters = 0;
+  for (auto _ : state) {
+    double off = 0, on = 0;
+    for (int k = 0; k < 2; ++k) {
+      const bool with_timeline = ((iters + k) % 2) == 0;  // the order alternates per iteration
+      if (with_timeline) {
+        mirrored::timeline::start(path);
+        // Not timed: each thread's first event of a timeline sets up its buffer, once per recording.
+        for (int i = 0; i < 4; ++i) strategy.run(empty);
+      }
+      const auto t0 = Clock::now();
+      for (int i = 0; i < kBatch; ++i) strategy.run(empty);
+      (with_timeline ? on : off) = seconds(Clock::now() - t0);
+      if (with_timeline) {
+        const auto w0 = Clock::now();
+        mirrored::timeline::stop();
+        write_wall += seconds(Clock::now() - w0);
+      }
+    }
+    off_wall += off;
+    on_wall += on;
+    paired.push_back(on / off);
+    state.SetIterationTime(on);
+    ++iters;
+  }
+  unlink(path.c_str());
+  rmdir(dir);
+  if (iters == 0) return;
+  const double calls = static_cast<double>(iters) * kBatch;
+  state.counters["off_us"] = off_wall / calls * 1e6;
+  state.counters["on_us"] = on_wall / calls * 1e6;
+  state.counters["overhead"] = on_wall / off_wall - 1;
+  state.counters["overhead_med"] = median(paired) - 1;
+  state.counters["write_us"] = write_wall / calls * 1e6;
+  state.SetLabel("N=" + std::to_string(n));
+}
+
+BENCHMARK(BM_TimelineOverhead)
     ->ArgName("replicas")
     ->Arg(1)
     ->Arg(2)

@@ -4,11 +4,13 @@
 //
 //   train_digits [--devices CPU:0,CPU:1] [--epochs 20] [--global-batch 32] [--optimizer sgd|adam]
 //                [--learning-rate X] [--seed 0] [--data data/digits.csv.gz] [--save model.safetensors]
-//                [--strategy mirrored|multi_worker]
+//                [--strategy mirrored|multi_worker] [--timeline trace.json]
 // (`--flag value` or `--flag=value`; `--help` lists them with their defaults.)
 //
 // --strategy multi_worker trains with MultiWorkerMirroredStrategy over the workers TF_CONFIG
 // names (--devices are each worker's own replicas; see tools/launch.sh); only the chief saves.
+// --timeline writes a Chrome-trace / Perfetto timeline of the training (docs/timeline.md); each worker
+// of a multi-worker job writes its own file (trace.worker<k>.json).
 #include <unistd.h>
 
 #include <charconv>
@@ -40,6 +42,7 @@ struct Args {
   digits::TrainConfig cfg;
   std::string data = digits::default_digits_path();
   std::string save;
+  std::string timeline;
 };
 
 // A CLI11 validator (no text of its own in --help): `ok(value)` says whether the value is good.
@@ -119,6 +122,14 @@ Args parse(int argc, char** argv) {
         std::error_code ec;
         return dir.empty() || std::filesystem::is_directory(dir, ec);
       }));
+  app.add_option("--timeline", a.timeline,
+                 "Write a timeline of the training (open it in ui.perfetto.dev) to this JSON file (default: none)")
+      ->type_name("PATH")
+      ->check(must_be("must be in an existing directory", [](const std::string& v) {
+        const std::filesystem::path dir = std::filesystem::path(v).parent_path();
+        std::error_code ec;
+        return dir.empty() || std::filesystem::is_directory(dir, ec);
+      }));
   app.add_option("--strategy", a.strategy,
                  dflt("mirrored, or multi_worker for the workers TF_CONFIG names (see tools/launch.sh)", a.strategy))
       ->type_name("NAME")
@@ -185,6 +196,7 @@ int main(int argc, char** argv) {
     else
       owned = std::make_unique<mirrored::MirroredStrategy>(args.devices);
     mirrored::Strategy& strategy = *owned;
+    if (!args.timeline.empty()) mirrored::timeline::start(args.timeline);  // after the strategy: its file name
     std::printf("training on %zu examples, holding out %zu; %d replicas (", static_cast<size_t>(split.train.size()),
                 static_cast<size_t>(split.test.size()), strategy.num_replicas_in_sync());
     for (std::size_t i = 0; i < args.devices.size(); ++i) std::printf("%s%s", i ? ", " : "", args.devices[i].c_str());
@@ -200,6 +212,11 @@ int main(int argc, char** argv) {
       for (const auto& v : result.variables) vars.emplace(v.name(), v);
       mirrored::checkpoint::save(args.save, vars, {{"model", "digits-mlp-64-64-10"}});
       std::printf("saved checkpoint to %s\n", args.save.c_str());
+    }
+    if (mirrored::timeline::active()) {
+      const std::string written = mirrored::timeline::path();
+      mirrored::timeline::stop();
+      std::printf("wrote the timeline to %s\n", written.c_str());
     }
   } catch (const mirrored::Error& e) {
     if (g_progress_line_open) std::printf("\n");

@@ -23,4 +23,5 @@
 #include "mirrored/strategy.hpp"
 #include "mirrored/strategy_extended.hpp"
 #include "mirrored/tensor.hpp"
+#include "mirrored/timeline.hpp"
 #include "mirrored/variable.hpp"

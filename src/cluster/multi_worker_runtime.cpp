@@ -8,6 +8,7 @@
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"
 #include "util/exceptions.hpp"
+#include "util/timeline.hpp"
 
 namespace mirrored::detail::cluster {
 namespace {
@@ -45,6 +46,15 @@ std::string describe_leaves(const std::vector<UntypedTensor>& leaves) {
   for (std::size_t i = 0; i < leaves.size(); ++i)
     out += str_cat(i ? ", " : "", dtype_name(leaves[i].dtype), format_shape(leaves[i].shape));
   return out.empty() ? "(nothing)" : out;
+}
+
+// The cross-worker stage of a collective on the timeline: "cross_worker", its op and this worker's bytes.
+void trace_stage(timeline::Scope& trace, const char* op, const std::vector<UntypedTensor>& leaves) {
+  if (!trace.active()) return;
+  std::int64_t bytes = 0;
+  for (const auto& t : leaves) bytes += static_cast<std::int64_t>(t.bytes());
+  trace.arg("op", op);
+  trace.arg("bytes", bytes);
 }
 
 // Divides every output by the number of replicas of every worker (MEAN after a SUM).
@@ -221,6 +231,8 @@ void MultiWorkerRuntime::all_reduce(ReduceOp op, CrossDeviceOps& local, Collecti
   if (world_ && world_->covers(step)) {
     // GPU replicas: one NCCL all-reduce over every GPU of every worker, after the same check.
     if (me == 0) {
+      timeline::Scope trace("cross_worker", "collective");
+      trace_stage(trace, "all_reduce", step.inputs(0));
       const std::string signature =
           str_cat(op == ReduceOp::SUM ? "SUM of " : "MEAN of ", describe_leaves(step.inputs(0)));
       coordinator().collective("all_reduce", t, [&](Deadline d) { check_same_call("all_reduce", signature, d); });
@@ -240,6 +252,8 @@ void MultiWorkerRuntime::all_reduce(ReduceOp op, CrossDeviceOps& local, Collecti
     step.sync();
   }
   if (me == 0) {
+    timeline::Scope trace("cross_worker", "collective");
+    trace_stage(trace, "all_reduce", step.inputs(0));
     const auto& sources = n > 1 ? step.outputs(0) : step.inputs(0);
     const std::string signature =
         str_cat(op == ReduceOp::SUM ? "SUM of " : "MEAN of ", describe_leaves(step.inputs(0)));
@@ -328,6 +342,8 @@ void MultiWorkerRuntime::all_gather(int axis, CrossDeviceOps& /*local*/, Collect
   const double t = step.timeout_seconds();
   const UntypedTensor& in = step.inputs(me)[0];
   if (me == 0) {
+    timeline::Scope trace("cross_worker", "collective");
+    trace_stage(trace, "all_gather", step.inputs(0));
     const UntypedTensor& first = step.inputs(0)[0];
     const std::string signature =
         str_cat("axis ", axis, ", ", dtype_name(first.dtype), " of rank ", first.shape.size());
@@ -365,6 +381,8 @@ void MultiWorkerRuntime::all_gather(int axis, CrossDeviceOps& /*local*/, Collect
 }
 
 void MultiWorkerRuntime::sum(std::vector<UntypedTensor>& tensors, std::vector<int64_t>& counts, double timeout_s) {
+  timeline::Scope trace("cross_worker", "collective");
+  trace_stage(trace, "reduce", tensors);
   coordinator().collective("reduce", timeout_s, [&](Deadline d) {
     sum_across(tensors, tensors, 0, d);
     if (!counts.empty())
@@ -374,6 +392,8 @@ void MultiWorkerRuntime::sum(std::vector<UntypedTensor>& tensors, std::vector<in
 }
 
 UntypedTensor MultiWorkerRuntime::gather(const std::vector<UntypedTensor>& local_parts, int axis, double timeout_s) {
+  timeline::Scope trace("cross_worker", "collective");
+  trace_stage(trace, "gather", local_parts);
   UntypedTensor out;
   const UntypedTensor& first = local_parts.at(0);
   const std::string signature = str_cat("axis ", axis, ", ", dtype_name(first.dtype), " of rank ", first.shape.size());
@@ -401,6 +421,8 @@ UntypedTensor MultiWorkerRuntime::gather(const std::vector<UntypedTensor>& local
 }
 
 void MultiWorkerRuntime::broadcast(UntypedTensor& value, double timeout_s) {
+  timeline::Scope trace("cross_worker", "collective");
+  trace_stage(trace, "broadcast", {value});
   const std::string signature = str_cat(dtype_name(value.dtype), format_shape(value.shape));
   coordinator().collective("variable creation (broadcast of the chief's initial value)", timeout_s, [&](Deadline d) {
     check_same_call("broadcast", signature, d);

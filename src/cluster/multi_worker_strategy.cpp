@@ -4,6 +4,7 @@
 #include "cluster/tf_config.hpp"
 #include "collectives/ops_selection.hpp"
 #include "util/log.hpp"
+#include "util/timeline.hpp"
 
 namespace mirrored {
 namespace detail::cluster {
@@ -24,6 +25,8 @@ MultiWorkerSetup make_setup(const CommunicationOptions& o, std::shared_ptr<Clust
   const bool from_tf_config = dynamic_cast<TFConfigClusterResolver*>(s.resolver.get()) != nullptr;
   s.layout = resolve_layout(s.resolver->cluster_spec(), s.resolver->task_type(), s.resolver->task_id(),
                             from_tf_config ? "TF_CONFIG" : "the cluster resolver");
+  // Before the Strategy base reads MIRRORED_TIMELINE: each worker writes a file of its own.
+  mirrored::detail::timeline::set_worker(s.layout.rank, s.layout.num_workers);
   std::vector<Device> local;
   if (local_devices.empty()) {
     local = list_logical_devices(DeviceType::GPU);

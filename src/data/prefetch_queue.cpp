@@ -12,6 +12,7 @@
 
 #include "mirrored/data/detail/prefetch.hpp"
 #include "util/spin.hpp"
+#include "util/timeline.hpp"
 
 namespace mirrored::data::detail {
 
@@ -25,15 +26,29 @@ constexpr std::chrono::microseconds kProducerSpin{20};
 }  // namespace
 
 struct PrefetchQueue::State {
-  State(std::function<Item()> produce, std::size_t capacity, std::stop_source own)
-      : produce(std::move(produce)), capacity(capacity < 1 ? 1 : capacity), own(std::move(own)) {}
+  State(std::function<Item()> produce, std::size_t capacity, std::stop_source own, ItemBytes bytes_of)
+      : produce(std::move(produce)), capacity(capacity < 1 ? 1 : capacity), own(std::move(own)), bytes_of(bytes_of) {}
+
+  // One element (or distributed step) made, as the timeline sees it.
+  Item produce_traced(std::int64_t index) {
+    mirrored::detail::timeline::Scope trace("prefetch", "input");
+    Item item = produce();
+    if (trace.active()) {
+      trace.arg("element", index);
+      if (item && bytes_of) {
+        if (const std::int64_t bytes = bytes_of(item.get()); bytes >= 0) trace.arg("bytes", bytes);
+      }
+    }
+    return item;
+  }
 
   void loop() {
+    mirrored::detail::timeline::name_this_thread("prefetch");
     try {
       // Make the next result first, then wait for room: the queue's `capacity` results are ready
       // ahead, and one more is being made while the consumer has not yet taken the oldest.
-      while (!stopping.load(std::memory_order_acquire)) {
-        Item item = produce();
+      for (std::int64_t index = 0; !stopping.load(std::memory_order_acquire); ++index) {
+        Item item = produce_traced(index);
         if (!item) break;
         mirrored::detail::spin_for(
             [&] { return size.load(std::memory_order_acquire) < capacity || stopping.load(std::memory_order_acquire); },
@@ -74,6 +89,7 @@ struct PrefetchQueue::State {
   std::function<Item()> produce;
   const std::size_t capacity;
   std::stop_source own;  // the pass `produce` pulls from
+  const ItemBytes bytes_of;
   std::mutex mu;
   std::condition_variable not_empty, not_full;
   std::deque<Item> items;
@@ -87,8 +103,8 @@ struct PrefetchQueue::State {
 };
 
 PrefetchQueue::PrefetchQueue(std::function<Item()> produce, std::size_t capacity, std::stop_source own,
-                             std::stop_token outer)
-    : state_(std::make_unique<State>(std::move(produce), capacity, std::move(own))) {
+                             std::stop_token outer, ItemBytes bytes_of)
+    : state_(std::make_unique<State>(std::move(produce), capacity, std::move(own), bytes_of)) {
   State* s = state_.get();
   s->thread = std::thread([s] { s->loop(); });
   // Runs at once when `outer` is already requested.
@@ -110,6 +126,7 @@ PrefetchQueue::~PrefetchQueue() {
 }
 
 PrefetchQueue::Item PrefetchQueue::next() {
+  mirrored::detail::timeline::Scope trace("prefetch_wait", "input");  // the consumer's wait
   State& s = *state_;
   mirrored::detail::spin_for(
       [&] {

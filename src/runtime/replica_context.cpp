@@ -12,6 +12,7 @@
 #include "runtime/strategy_runtime.hpp"
 #include "runtime/worker_stage.hpp"
 #include "util/exceptions.hpp"
+#include "util/timeline.hpp"
 
 namespace mirrored {
 namespace {
@@ -118,6 +119,13 @@ std::string merge_signature_name(const std::type_info& type) {
   return name;
 }
 
+// The wait of a collective for every replica to join it (the timeline's "rendezvous").
+void join_traced(detail::CollectiveGroup& group, int replica, detail::CollectiveKind kind, const void* payload,
+                 double timeout_s) {
+  detail::timeline::Scope trace("rendezvous", "collective");
+  group.join(replica, kind, payload, timeout_s);
+}
+
 // Runs the part of a collective after a successful join. Other replicas may be reading this
 // replica's posted buffers until they leave too, so an error here aborts the group and waits
 // for them before it propagates (and the buffers go away).
@@ -151,6 +159,15 @@ double ReplicaContext::timeout(const CommunicationOptions& options) const {
 void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::UntypedTensor>& in,
                                      const std::vector<detail::UntypedTensor>& out, const std::string& structure,
                                      const CommunicationOptions& options) {
+  detail::timeline::Scope trace("all_reduce", "collective");
+  if (trace.active()) {
+    std::int64_t bytes = 0;
+    for (const auto& leaf : in) bytes += static_cast<std::int64_t>(leaf.bytes());
+    trace.arg("op", reduce_op_name(op));
+    trace.arg("dtype", in.empty() ? "none" : dtype_name(in[0].dtype));
+    trace.arg("bytes", bytes);
+    trace.arg("tensors", static_cast<std::int64_t>(in.size()));
+  }
   const double t = timeout(options);
   MIRRORED_ENFORCE(options.bytes_per_pack >= 0, InvalidArgumentError,
                    "CommunicationOptions::bytes_per_pack must be >= 0, got ", options.bytes_per_pack);
@@ -168,7 +185,7 @@ void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::Unty
     return;
   }
   auto& group = strategy_->rt_->group;
-  group.join(replica_id_, detail::CollectiveKind::all_reduce, &mine, t);
+  join_traced(group, replica_id_, detail::CollectiveKind::all_reduce, &mine, t);
   inside_collective(group, replica_id_, [&] {
     validate_all_reduce(n, group);
     CollectiveStep step(group, replica_id_, t);
@@ -183,6 +200,12 @@ void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::Unty
 
 std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail::UntypedTensor& in, int axis,
                                                                    const CommunicationOptions& options) {
+  detail::timeline::Scope trace("all_gather", "collective");
+  if (trace.active()) {
+    trace.arg("dtype", dtype_name(in.dtype));
+    trace.arg("bytes", static_cast<std::int64_t>(in.bytes()));
+    trace.arg("axis", axis);
+  }
   const double t = timeout(options);
   const std::vector<detail::UntypedTensor> ins{in};
   std::vector<detail::UntypedTensor> outs;
@@ -204,7 +227,7 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
     return outs;
   }
   auto& group = strategy_->rt_->group;
-  group.join(replica_id_, detail::CollectiveKind::all_gather, &mine, t);
+  join_traced(group, replica_id_, detail::CollectiveKind::all_gather, &mine, t);
   inside_collective(group, replica_id_, [&] {
     if (workers) {
       int a = axis;
@@ -227,9 +250,11 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
 
 void ReplicaContext::merge_flat(const void* payload, const std::type_info& signature, MergeFn run_merge,
                                 void* merge_ctx, TakeFn take, void* take_ctx) {
+  detail::timeline::Scope trace("merge_call", "collective");
   const int n = strategy_->rt_->group.size();  // this process's replicas (merge_fn runs per worker)
   if (n == 1) {
     {
+      detail::timeline::Scope trace_fn("merge_fn", "collective");
       MergeScope cross(*strategy_);
       run_merge(merge_ctx, {payload});
     }
@@ -239,7 +264,7 @@ void ReplicaContext::merge_flat(const void* payload, const std::type_info& signa
   auto& group = strategy_->rt_->group;
   const double t = strategy_->extended().collective_timeout_seconds();
   const MergePost mine{payload, &signature};
-  group.join(replica_id_, detail::CollectiveKind::merge_call, &mine, t);
+  join_traced(group, replica_id_, detail::CollectiveKind::merge_call, &mine, t);
   inside_collective(group, replica_id_, [&] {
     auto post = [&](int r) -> const MergePost& { return *static_cast<const MergePost*>(group.payload(r)); };
     // Replica 0 reads every replica's arguments, and every replica reads replica 0's result, as
@@ -255,6 +280,7 @@ void ReplicaContext::merge_flat(const void* payload, const std::type_info& signa
     if (replica_id_ == 0) {
       std::vector<const void*> payloads(n);
       for (int r = 0; r < n; ++r) payloads[r] = post(r).payload;
+      detail::timeline::Scope trace_fn("merge_fn", "collective");
       MergeScope cross(*strategy_);
       run_merge(merge_ctx, payloads);
     }

@@ -13,6 +13,7 @@
 #include "runtime/worker_stage.hpp"
 #include "util/exceptions.hpp"
 #include "util/log.hpp"
+#include "util/timeline.hpp"
 
 namespace mirrored {
 namespace {
@@ -96,6 +97,7 @@ Strategy::Strategy(std::vector<Device> devices, std::shared_ptr<CrossDeviceOps> 
     contexts_.push_back(std::unique_ptr<ReplicaContext>(new ReplicaContext(*this, r)));
   static std::atomic<std::uint64_t> next_id{1};
   id_ = std::make_shared<const std::uint64_t>(next_id.fetch_add(1, std::memory_order_relaxed));
+  (void)detail::timeline::enabled();  // MIRRORED_TIMELINE is read when the first strategy is made
 }
 
 Strategy::~Strategy() = default;
@@ -167,7 +169,8 @@ void Strategy::execute(Body body, void* ctx) {
     Strategy* self;
     Body body;
     void* ctx;
-  } call{this, body, ctx};
+    std::int64_t step;
+  } call{this, body, ctx, rt_->runs++};
   auto task = [](void* c, int r) noexcept {
     auto* call = static_cast<Call*>(c);
     Strategy* self = call->self;
@@ -175,6 +178,14 @@ void Strategy::execute(Body body, void* ctx) {
     ReplicaContext* saved = ts.replica;
     ts.replica = self->contexts_[r].get();
     try {
+      detail::timeline::Scope trace("run", "run");
+      if (trace.active()) {
+        trace.arg("step", call->step);
+        trace.arg("replica", r);
+        // Replica threads are named once; the default strategy runs on the caller's thread.
+        if (self->rt_->pool && !detail::timeline::this_thread_named())
+          detail::timeline::name_this_thread(str_cat("replica ", r, " (", self->devices_[r].short_name(), ")"));
+      }
       // A GPU replica's device is current on its thread, for users' own kernels.
       if (const Device& d = self->devices_[r]; !d.is_host()) detail::gpu_runtime().enter_device(d);
       call->body(call->ctx, r);
@@ -198,6 +209,14 @@ std::vector<detail::UntypedTensor> Strategy::reduce_flat(ReduceOp op,
                                                          std::vector<std::vector<detail::UntypedTensor>>& leaves,
                                                          const std::vector<std::string>& structures,
                                                          std::optional<int> axis) {
+  detail::timeline::Scope trace("reduce", "cross_replica");
+  if (trace.active() && !leaves.empty()) {
+    std::int64_t bytes = 0;  // of one replica's value
+    for (const auto& t : leaves[0]) bytes += static_cast<std::int64_t>(t.bytes());
+    trace.arg("op", reduce_op_name(op));
+    trace.arg("tensors", static_cast<std::int64_t>(leaves[0].size()));
+    trace.arg("bytes", bytes);
+  }
   try {
     return reduce_leaves(op, leaves, structures, axis);
   } catch (...) {
@@ -287,6 +306,13 @@ std::vector<detail::UntypedTensor> Strategy::reduce_leaves(ReduceOp op,
 }
 
 detail::UntypedTensor Strategy::gather_flat(const std::vector<detail::UntypedTensor>& parts, int axis) const {
+  detail::timeline::Scope trace("gather", "cross_replica");
+  if (trace.active()) {
+    std::int64_t bytes = 0;  // of every replica's part
+    for (const auto& p : parts) bytes += static_cast<std::int64_t>(p.bytes());
+    trace.arg("bytes", bytes);
+    trace.arg("axis", axis);
+  }
   if (detail::WorkerStage* workers = rt_->workers.get()) {
     try {
       return workers->gather(parts, axis, extended_.collective_timeout_seconds());

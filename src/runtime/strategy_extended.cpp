@@ -2,6 +2,7 @@
 #include "collectives/packing.hpp"
 #include "mirrored/strategy.hpp"
 #include "runtime/strategy_runtime.hpp"
+#include "util/timeline.hpp"
 
 namespace mirrored {
 
@@ -32,6 +33,14 @@ void check_batch(const char* method, const std::vector<std::vector<detail::Untyp
 std::vector<std::vector<detail::UntypedTensor>> StrategyExtended::batch_reduce_onto(
     const char* method, ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
     const std::vector<std::vector<Device>>& destinations, const CommunicationOptions& options) {
+  detail::timeline::Scope trace(method, "cross_replica");  // `method` is a literal: "reduce_to", …
+  if (trace.active()) {
+    std::int64_t bytes = 0;
+    for (const auto& v : values) bytes += v.empty() ? 0 : static_cast<std::int64_t>(v[0].bytes());
+    trace.arg("op", reduce_op_name(op));
+    trace.arg("tensors", static_cast<std::int64_t>(values.size()));
+    trace.arg("bytes", bytes);
+  }
   try {
     return batch_reduce_to_devices(method, op, values, destinations, options);
   } catch (...) {

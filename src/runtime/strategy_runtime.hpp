@@ -2,6 +2,7 @@
 // Private: the threading state of one strategy, behind Strategy's pointer so that user code does not
 // compile the mutexes and condition variables.
 #include <atomic>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -22,6 +23,7 @@ struct StrategyRuntime {
   std::unique_ptr<ReplicaPool> pool;     // none for the default strategy, which runs inline
   std::shared_ptr<WorkerStage> workers;  // set by multi-worker strategies only
   std::mutex run_mu;                     // one run at a time
+  std::int64_t runs = 0;                 // runs started, under run_mu (the timeline's step numbers)
   std::mutex failure_mu;
   std::exception_ptr first_failure;
   bool first_failure_aborted = false;  // first_failure is an AbortedError

@@ -4,6 +4,7 @@
 
 #include "util/atomic_file.hpp"
 #include "util/files.hpp"
+#include "util/timeline.hpp"
 #include "variables/checkpoint_header.hpp"
 
 #include <unistd.h>
@@ -157,6 +158,11 @@ const char* safetensors_dtype_name(DType dtype) noexcept {
 }
 
 void save_tensors(const std::string& path, const TensorMap& tensors, const Metadata& metadata) {
+  detail::timeline::Scope trace("checkpoint_save", "checkpoint");
+  if (trace.active()) {
+    trace.arg("tensors", static_cast<std::int64_t>(tensors.size()));
+    trace.path(path);
+  }
   // --- validate the arguments and lay out the file before touching the file system ---
   MIRRORED_ENFORCE(!path.empty(), InvalidArgumentError, "checkpoint::save_tensors: empty path");
   for (const auto& [key, value] : metadata) {
@@ -201,6 +207,7 @@ void save_tensors(const std::string& path, const TensorMap& tensors, const Metad
   MIRRORED_ENFORCE(header.size() <= kMaxHeaderBytes, InvalidArgumentError, prefix(path), "header of ", header.size(),
                    " bytes exceeds the safetensors limit of ", kMaxHeaderBytes, " bytes");
   const std::uint64_t total = 8 + header.size() + data_bytes;
+  trace.arg("bytes", static_cast<std::int64_t>(total));  // the file's size
 
   // --- write a fresh temporary file, fsync, rename over <path>, fsync the directory ---
   detail::AtomicFileWriter file(path, prefix(path));
@@ -243,9 +250,12 @@ void save_tensors(const std::string& path, const TensorMap& tensors, const Metad
 }
 
 Checkpoint load(const std::string& path, const LoadOptions& options) {
+  detail::timeline::Scope trace("checkpoint_load", "checkpoint");
+  if (trace.active()) trace.path(path);
   // Never blocks in open (a FIFO), and only a regular file is read.
   const detail::ReadableFile fd = detail::open_regular_file(path, prefix(path));
   const std::uint64_t file_size = fd.size();
+  trace.arg("bytes", static_cast<std::int64_t>(file_size));
 
   // --- header ---
   unsigned char len[8];

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "mirrored/data/detail/node.hpp"
+#include "mirrored/detail/nest.hpp"
 #include "mirrored/errors.hpp"
 
 namespace mirrored::data::detail {
@@ -30,11 +31,15 @@ namespace mirrored::data::detail {
 /// so destruction does not wait for an element that never comes. `outer` is the token of the pass
 /// this queue is itself part of (a `prefetch` inside another prefetched pipeline): when it is
 /// requested, `own` is requested too, and a consumer waiting in `next()` throws `PassCancelled`.
+///
+/// `bytes_of(item)`, when given, is the size of an item's tensors for the timeline (negative: not
+/// known); it is called only while a timeline is recorded.
 class PrefetchQueue {
  public:
   using Item = std::shared_ptr<void>;
+  using ItemBytes = std::int64_t (*)(const void* item);
   PrefetchQueue(std::function<Item()> produce, std::size_t capacity, std::stop_source own = {},
-                std::stop_token outer = {});
+                std::stop_token outer = {}, ItemBytes bytes_of = nullptr);
   ~PrefetchQueue();
   PrefetchQueue(const PrefetchQueue&) = delete;
   PrefetchQueue& operator=(const PrefetchQueue&) = delete;
@@ -47,6 +52,28 @@ class PrefetchQueue {
   struct State;
   std::unique_ptr<State> state_;
 };
+
+/// Bytes held by the tensors (and numbers) of `x` when it is a nest of them; -1 otherwise.
+template <class X>
+std::int64_t nest_bytes(const X& x) {
+  if constexpr (!mirrored::detail::is_nest<X>()) {
+    return -1;
+  } else if constexpr (mirrored::is_tensor_v<X>) {
+    return static_cast<std::int64_t>(mirrored::detail::TensorAccess::erase(x).bytes());
+  } else if constexpr (mirrored::detail::is_scalar_leaf_v<X>) {
+    return static_cast<std::int64_t>(sizeof(X));
+  } else if constexpr (mirrored::detail::is_vector<X>::value) {
+    std::int64_t total = 0;
+    for (const auto& e : x) total += nest_bytes(e);
+    return total;
+  } else if constexpr (mirrored::detail::is_string_map<X>::value) {
+    std::int64_t total = 0;
+    for (const auto& entry : x) total += nest_bytes(entry.second);
+    return total;
+  } else {
+    return std::apply([](const auto&... e) { return (std::int64_t{0} + ... + nest_bytes(e)); }, x);
+  }
+}
 
 /// `PrefetchQueue` of `T` values: `produce()` returns nullopt at the end.
 template <class T>
@@ -61,7 +88,8 @@ class Prefetcher {
               if (!item) return nullptr;
               return std::make_shared<T>(std::move(*item));
             },
-            capacity, std::move(own), std::move(outer)) {}
+            capacity, std::move(own), std::move(outer),
+            [](const void* item) { return nest_bytes(*static_cast<const T*>(item)); }) {}
 
   /// The next result; nullopt after the last one. \throws what `produce` threw.
   std::optional<T> next() {

@@ -1,0 +1,402 @@
+// The timeline's recorder: sessions (start/stop, MIRRORED_TIMELINE), per-thread ring buffers and the
+// writer thread. The format is timeline_file.cpp's.
+#include "util/timeline.hpp"
+
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "mirrored/errors.hpp"
+#include "mirrored/timeline.hpp"
+#include "util/log.hpp"
+#include "util/timeline_file.hpp"
+
+namespace mirrored::detail::timeline {
+
+std::atomic<int> g_state{static_cast<int>(State::unknown)};
+
+namespace {
+
+// Events one thread can hold before the writer takes them (about 150 KiB per thread). The writer is
+// woken when a ring is half full, and otherwise every kWriterPeriod.
+constexpr std::uint64_t kRingCapacity = 1024;
+constexpr std::chrono::milliseconds kWriterPeriod{100};
+
+// One thread's events of one session. Single producer (the owning thread, lock-free); the consumer is
+// whoever holds the recorder's lock (the writer thread, `stop`, or the owner itself when the ring is
+// full).
+struct Ring {
+  Ring(std::uint64_t session, int tid, std::string name) : session(session), tid(tid), name(std::move(name)) {}
+  ~Ring() {
+    for (std::uint64_t i = tail.load(std::memory_order_relaxed); i < head.load(std::memory_order_relaxed); ++i)
+      delete records[i % kRingCapacity].text;
+  }
+  Ring(const Ring&) = delete;
+  Ring& operator=(const Ring&) = delete;
+
+  Record records[kRingCapacity];
+  alignas(64) std::atomic<std::uint64_t> head{0};  // written by the owner
+  alignas(64) std::atomic<std::uint64_t> tail{0};  // written by the consumer
+  std::atomic<bool> owner_exited{false};
+  const std::uint64_t session;
+  const int tid;
+  std::string name;  // under the recorder's lock
+};
+
+// The calling thread's state. A plain pointer, so that the hot path's thread_local has no guard;
+// `SlotOwner` frees it when the thread exits.
+struct ThreadSlot {
+  std::shared_ptr<Ring> ring;
+  std::uint64_t session = 0;  // the session `ring` belongs to
+  std::string name;           // set by name_this_thread
+};
+thread_local ThreadSlot* t_slot = nullptr;
+thread_local bool t_exited = false;  // after SlotOwner's destructor: record nothing more
+
+struct SlotOwner {
+  void touch() noexcept {}
+  ~SlotOwner() {
+    t_exited = true;
+    if (ThreadSlot* slot = std::exchange(t_slot, nullptr)) {
+      if (slot->ring) slot->ring->owner_exited.store(true, std::memory_order_release);
+      delete slot;
+    }
+  }
+};
+thread_local SlotOwner t_owner;
+
+ThreadSlot* slot() {
+  if (!t_slot) {
+    t_owner.touch();  // constructs it, so that its destructor runs at thread exit
+    t_slot = new ThreadSlot;
+  }
+  return t_slot;
+}
+
+int os_tid() noexcept { return static_cast<int>(::syscall(SYS_gettid)); }
+
+std::string os_thread_name() {
+  char buf[32] = {};
+  if (pthread_getname_np(pthread_self(), buf, sizeof buf) != 0 || buf[0] == '\0') return "thread";
+  return buf;
+}
+
+struct Session {
+  std::uint64_t id = 0;
+  std::string path;
+  std::int64_t origin_ns = 0;
+  std::unique_ptr<TimelineFile> file;
+  std::vector<std::shared_ptr<Ring>> rings;
+  std::vector<std::pair<int, std::string>> exited_threads;  // (tid, name) of rings already removed
+  bool stopping = false;
+  std::thread writer;
+};
+
+struct Recorder {
+  std::mutex control;            // serialises start and stop (stop joins the writer outside `mu`)
+  std::mutex mu;                 // the session, its rings' consumer side, its file
+  std::condition_variable wake;  // the writer's
+  std::unique_ptr<Session> session;
+  std::atomic<std::uint64_t> session_id{0};  // 0: none
+  std::uint64_t next_id = 1;
+  int worker_index = 0, worker_count = 1;  // under mu
+  std::once_flag environment;
+  bool atexit_registered = false;  // under control
+};
+
+Recorder& recorder() {
+  static Recorder* r = new Recorder;  // never destroyed: threads may record while statics are destroyed
+  return *r;
+}
+
+void discard_locked(Ring& r) noexcept {
+  const std::uint64_t h = r.head.load(std::memory_order_acquire);
+  for (std::uint64_t i = r.tail.load(std::memory_order_relaxed); i < h; ++i) {
+    Record& e = r.records[i % kRingCapacity];
+    delete std::exchange(e.text, nullptr);
+  }
+  r.tail.store(h, std::memory_order_release);
+}
+
+void drain_locked(Session& s, Ring& r) {
+  const std::uint64_t h = r.head.load(std::memory_order_acquire);
+  for (std::uint64_t i = r.tail.load(std::memory_order_relaxed); i < h; ++i) {
+    Record& e = r.records[i % kRingCapacity];
+    s.file->event(e, r.tid, s.origin_ns);
+    delete std::exchange(e.text, nullptr);
+  }
+  r.tail.store(h, std::memory_order_release);
+}
+
+// Takes every ring's events; forgets the rings of threads that have exited once they are empty.
+void drain_all_locked(Session& s) {
+  for (std::size_t i = 0; i < s.rings.size();) {
+    Ring& r = *s.rings[i];
+    // Read before draining: once the owner has exited, this drain takes its last event.
+    const bool exited = r.owner_exited.load(std::memory_order_acquire);
+    drain_locked(s, r);
+    if (exited) {
+      s.exited_threads.emplace_back(r.tid, r.name);
+      s.rings.erase(s.rings.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  s.file->flush();
+}
+
+void writer_loop(Session* s) {
+  Recorder& rec = recorder();
+  std::unique_lock lock(rec.mu);
+  while (!s->stopping) {
+    rec.wake.wait_for(lock, kWriterPeriod);
+    try {
+      drain_all_locked(*s);
+    } catch (...) {
+      // Out of memory while formatting: the events of this round are lost, the job goes on.
+    }
+  }
+}
+
+// The calling thread's ring of `session`, made on its first event; null when that session is over.
+ThreadSlot* attach(std::uint64_t session) {
+  if (t_exited) return nullptr;
+  ThreadSlot* me = slot();
+  Recorder& rec = recorder();
+  std::lock_guard lock(rec.mu);
+  if (!rec.session || rec.session->id != session) return nullptr;
+  auto ring = std::make_shared<Ring>(session, os_tid(), me->name.empty() ? os_thread_name() : me->name);
+  rec.session->rings.push_back(ring);
+  if (me->ring) me->ring->owner_exited.store(true, std::memory_order_release);  // an old session's
+  me->ring = std::move(ring);
+  me->session = session;
+  return me;
+}
+
+// The owner found its ring full: the writer fell behind, so the owner writes its own events.
+void drain_full(Ring& r) noexcept {
+  Recorder& rec = recorder();
+  std::lock_guard lock(rec.mu);
+  try {
+    if (rec.session && rec.session->id == r.session) {
+      drain_locked(*rec.session, r);
+      return;
+    }
+  } catch (...) {
+  }
+  discard_locked(r);
+}
+
+void stop_at_exit() noexcept {
+  try {
+    mirrored::timeline::stop();
+  } catch (const std::exception& e) {
+    try {
+      MIRRORED_LOG(warn, e.what());
+    } catch (...) {
+    }
+  }
+}
+
+void start_session(const std::string& requested) {
+  Recorder& rec = recorder();
+  std::lock_guard control(rec.control);
+  int index = 0, count = 1;
+  {
+    std::lock_guard lock(rec.mu);
+    if (rec.session) {
+      throw FailedPreconditionError(str_cat("timeline::start('", requested,
+                                            "'): a timeline is already being recorded into '", rec.session->path,
+                                            "'; call timeline::stop() first"));
+    }
+    index = rec.worker_index;
+    count = rec.worker_count;
+  }
+  MIRRORED_ENFORCE(!requested.empty(), InvalidArgumentError, "timeline::start: the path is empty");
+  auto s = std::make_unique<Session>();
+  s->path = worker_path(requested, index, count);
+  s->file = std::make_unique<TimelineFile>(s->path, index);
+  s->file->process_name(count > 1 ? str_cat("mirrored worker ", index) : std::string("mirrored"));
+  if (!rec.atexit_registered) {
+    // Registered before the first timeline, so it runs after the destructors of statics made later
+    // (their threads are gone by then) and writes whatever the process recorded.
+    MIRRORED_ENFORCE(std::atexit(stop_at_exit) == 0, InternalError,
+                     "timeline::start: cannot register the handler that completes the file at exit");
+    rec.atexit_registered = true;
+  }
+  Session* raw = s.get();
+  {
+    std::lock_guard lock(rec.mu);
+    raw->id = rec.next_id++;
+    raw->origin_ns = now_ns();
+    raw->writer = std::thread(writer_loop, raw);  // waits for `mu` before it looks at the session
+    pthread_setname_np(raw->writer.native_handle(), "mirrored/tl");
+    rec.session = std::move(s);
+    rec.session_id.store(raw->id, std::memory_order_release);
+    g_state.store(static_cast<int>(State::on), std::memory_order_release);
+  }
+}
+
+// From unknown to off, unless a timeline started meanwhile.
+void settle_off() noexcept {
+  int expected = static_cast<int>(State::unknown);
+  g_state.compare_exchange_strong(expected, static_cast<int>(State::off), std::memory_order_relaxed);
+}
+
+// A program that calls start or stop itself has the last word: MIRRORED_TIMELINE is not read then.
+void skip_environment() { std::call_once(recorder().environment, settle_off); }
+
+void decide_once() noexcept {
+  const char* env = std::getenv("MIRRORED_TIMELINE");
+  if (env && *env) {
+    try {
+      start_session(env);
+      return;
+    } catch (const std::exception& e) {
+      try {
+        MIRRORED_LOG(warn, "MIRRORED_TIMELINE='", env, "' cannot be written (", e.what(),
+                     "); running without a timeline");
+      } catch (...) {
+      }
+    }
+  }
+  settle_off();
+}
+
+}  // namespace
+
+bool decide_from_environment() noexcept {
+  std::call_once(recorder().environment, decide_once);
+  return g_state.load(std::memory_order_relaxed) == static_cast<int>(State::on);
+}
+
+std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::uint64_t current_session() noexcept { return recorder().session_id.load(std::memory_order_acquire); }
+
+void record(std::uint64_t session, Record& event) noexcept {
+  ThreadSlot* me = t_slot;
+  if (!me || me->session != session) {
+    try {
+      me = attach(session);
+    } catch (...) {
+      me = nullptr;
+    }
+    if (!me) {
+      delete std::exchange(event.text, nullptr);
+      return;
+    }
+  }
+  Ring& r = *me->ring;
+  const std::uint64_t h = r.head.load(std::memory_order_relaxed);
+  if (h - r.tail.load(std::memory_order_acquire) >= kRingCapacity) drain_full(r);
+  r.records[h % kRingCapacity] = event;
+  event.text = nullptr;  // the ring owns it now
+  r.head.store(h + 1, std::memory_order_release);
+  if (h + 1 - r.tail.load(std::memory_order_relaxed) == kRingCapacity / 2) recorder().wake.notify_one();
+}
+
+void Scope::path(const std::string& value) {
+  if (session_ == 0 || event_.text) return;
+  event_.text = new std::string(value);
+}
+
+void name_this_thread(std::string name) noexcept {
+  if (t_exited) return;
+  try {
+    ThreadSlot* me = slot();
+    me->name = std::move(name);
+    if (me->ring) {
+      Recorder& rec = recorder();
+      std::lock_guard lock(rec.mu);
+      me->ring->name = me->name;
+    }
+  } catch (...) {
+    // Out of memory: the thread keeps the name it had.
+  }
+}
+
+bool this_thread_named() noexcept { return t_slot && !t_slot->name.empty(); }
+
+void set_worker(int index, int count) {
+  Recorder& rec = recorder();
+  std::lock_guard lock(rec.mu);
+  rec.worker_index = index;
+  rec.worker_count = count;
+}
+
+std::string worker_path(const std::string& path, int index, int count) {
+  if (count <= 1) return path;
+  const std::size_t slash = path.rfind('/');
+  const std::size_t name = slash == std::string::npos ? 0 : slash + 1;
+  std::size_t dot = path.rfind('.');
+  // No extension: no dot in the last component, or only a leading one (".trace").
+  if (dot == std::string::npos || dot <= name) dot = path.size();
+  return str_cat(path.substr(0, dot), ".worker", index, path.substr(dot));
+}
+
+}  // namespace mirrored::detail::timeline
+
+namespace mirrored::timeline {
+
+using detail::timeline::recorder;
+
+void start(const std::string& path) {
+  detail::timeline::skip_environment();
+  detail::timeline::start_session(path);
+}
+
+void stop() {
+  auto& rec = recorder();
+  detail::timeline::skip_environment();
+  std::lock_guard control(rec.control);
+  detail::timeline::Session* s = nullptr;
+  {
+    std::lock_guard lock(rec.mu);
+    if (!rec.session) return;
+    s = rec.session.get();
+    // From here no event begins; events that end from now on are left out.
+    rec.session_id.store(0, std::memory_order_release);
+    detail::timeline::g_state.store(static_cast<int>(detail::timeline::State::off), std::memory_order_release);
+    s->stopping = true;
+  }
+  rec.wake.notify_all();
+  s->writer.join();
+  std::unique_ptr<detail::timeline::Session> done;
+  {
+    std::lock_guard lock(rec.mu);
+    try {
+      detail::timeline::drain_all_locked(*s);
+      for (const auto& ring : s->rings) s->exited_threads.emplace_back(ring->tid, ring->name);
+      for (const auto& [tid, name] : s->exited_threads) s->file->thread_name(tid, name);
+    } catch (...) {
+      // Out of memory: finish() below still closes the JSON of what was written.
+    }
+    done = std::move(rec.session);
+  }
+  done->file->finish();
+}
+
+bool active() noexcept {
+  return detail::timeline::g_state.load(std::memory_order_relaxed) == static_cast<int>(detail::timeline::State::on);
+}
+
+std::string path() {
+  auto& rec = recorder();
+  std::lock_guard lock(rec.mu);
+  return rec.session ? rec.session->path : std::string();
+}
+
+}  // namespace mirrored::timeline

@@ -1,0 +1,133 @@
+#pragma once
+// Private: the hooks through which the library records the timeline (<mirrored/timeline.hpp> is the
+// public side: start, stop, active). See docs/timeline.md for the file format and the events.
+//
+// The hot path is cheap on purpose. With the timeline off, a `Scope` costs one relaxed atomic load.
+// With it on, a `Scope` reads the steady clock twice and appends one fixed-size record (static names,
+// integer arguments) to its thread's own ring buffer, with no lock and no formatting; a writer thread
+// turns the records into JSON off the hot path. A ring that fills up (the writer fell behind) is
+// written by its own thread under the writer's lock, so no event is lost and memory stays bounded.
+//
+// Every event is a complete event ("ph":"X") recorded when it ends, on the thread that began it:
+// events are balanced by construction, and an event that has not ended when the timeline stops is
+// not written at all. Scopes on one thread nest like the C++ scopes that hold them.
+//
+// For asynchronous work (a collective issued now and waited for later): make the issuing call and the
+// waiting call each a `Scope` on the calling thread ("all_reduce_async" and "all_reduce_async.wait",
+// with the same `id` argument), and the transfer itself a `Scope` on whichever thread moves the bytes.
+// Do not record one span from issue to completion on a thread that does other work meanwhile: events
+// of one thread must nest.
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace mirrored::detail::timeline {
+
+/// The state the hot path reads: not yet decided (MIRRORED_TIMELINE not read yet), off, on.
+enum class State : int { unknown = 0, off = 1, on = 2 };
+
+/// The one atomic the hot path loads (relaxed).
+extern std::atomic<int> g_state;
+
+/// Reads MIRRORED_TIMELINE if nobody has yet (once per process) and returns whether a timeline is on.
+bool decide_from_environment() noexcept;
+
+/// True while a timeline is being recorded. Off: one relaxed atomic load.
+inline bool enabled() noexcept {
+  const int s = g_state.load(std::memory_order_relaxed);
+  if (s == static_cast<int>(State::on)) return true;
+  if (s == static_cast<int>(State::off)) return false;
+  return decide_from_environment();
+}
+
+/// Steady-clock nanoseconds (the clock of every event).
+std::int64_t now_ns() noexcept;
+
+/// Most arguments one event carries.
+inline constexpr int kMaxArgs = 4;
+
+/// One argument: a static key with an integer or a static string value.
+struct Arg {
+  const char* key;
+  const char* str;  // null: the value is `num`
+  std::int64_t num;
+};
+
+/// One recorded event, as the ring stores it (fixed size; `text`, rare, is the only allocation).
+/// Trivial on purpose: a `Scope` of a timeline that is off initialises none of it.
+struct Record {
+  const char* name;
+  const char* category;
+  std::int64_t begin_ns;
+  std::int64_t end_ns;
+  std::string* text;  // owned: a string argument that is not static (a file path), or null
+  int num_args;
+  Arg args[kMaxArgs];
+};
+
+/// Appends a complete event (begin and end in `now_ns()` time) to this thread's buffer if `session`
+/// is still recording. Used by `Scope`; call it directly for a span whose times were taken apart.
+void record(std::uint64_t session, Record& event) noexcept;
+
+/// The session being recorded (0: none). Read when an event begins.
+std::uint64_t current_session() noexcept;
+
+/// A span of work on the calling thread: from construction to destruction. `name` and `category`
+/// and every key and string value given to `arg` must be string literals (or otherwise live for the
+/// whole program): they are stored as pointers and read by the writer thread later.
+class Scope {
+ public:
+  Scope(const char* name, const char* category) noexcept {
+    if (!enabled()) return;
+    session_ = current_session();
+    if (session_ == 0) return;
+    event_.name = name;
+    event_.category = category;
+    event_.text = nullptr;
+    event_.num_args = 0;
+    event_.begin_ns = now_ns();
+  }
+  ~Scope() {
+    if (session_ == 0) return;
+    event_.end_ns = now_ns();
+    record(session_, event_);  // takes `text`
+  }
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+  /// True when this span will be recorded (compute expensive arguments only then).
+  bool active() const noexcept { return session_ != 0; }
+  /// Adds an integer argument (beyond kMaxArgs they are dropped).
+  void arg(const char* key, std::int64_t value) noexcept {
+    if (session_ != 0 && event_.num_args < kMaxArgs) event_.args[event_.num_args++] = Arg{key, nullptr, value};
+  }
+  /// Adds a static string argument (a literal, `dtype_name`, `reduce_op_name`).
+  void arg(const char* key, const char* static_value) noexcept {
+    if (session_ != 0 && event_.num_args < kMaxArgs) event_.args[event_.num_args++] = Arg{key, static_value, 0};
+  }
+  /// Adds one string argument that is not static (copied; escaped when written), under key "path".
+  void path(const std::string& value);
+
+ private:
+  std::uint64_t session_ = 0;
+  Record event_;  // set only when session_ != 0
+};
+
+/// Names the calling thread in the timeline ("replica 0 (CPU:0)", "prefetch"): a metadata event of
+/// every timeline this thread records into. Costs a string copy; call it once per thread.
+void name_this_thread(std::string name) noexcept;
+/// True when `name_this_thread` was called on this thread.
+bool this_thread_named() noexcept;
+
+/// This process is worker `index` of `count` (MultiWorkerMirroredStrategy): the timeline's pid is the
+/// index, and with more than one worker the file names carry it (`worker_path`). Call it before the
+/// first strategy reads MIRRORED_TIMELINE; a timeline already being written keeps its file name.
+void set_worker(int index, int count);
+
+/// The file a timeline asked for at `path` goes to when this process is worker `index` of `count`:
+/// `path` itself for one worker, else `path` with `.worker<index>` before the extension of its last
+/// component (`trace.json` → `trace.worker1.json`, `trace` → `trace.worker1`).
+std::string worker_path(const std::string& path, int index, int count);
+
+}  // namespace mirrored::detail::timeline

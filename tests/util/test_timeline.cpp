@@ -1,0 +1,259 @@
+// The timeline's events (<mirrored/timeline.hpp>, src/util/timeline.hpp): every file is parsed back
+// (timeline_trace.hpp) and checked event by event: exact counts and byte sizes of runs, collectives,
+// cross-replica calls, prefetching and checkpoints, escaping, full buffers, exited threads.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "mirrored/checkpoint.hpp"
+#include "mirrored/mirrored.hpp"
+#include "mirrored/timeline.hpp"
+#include "util/timeline.hpp"
+#include "util/timeline_trace.hpp"
+
+namespace mirrored::timeline_test {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST_F(TimelineTest, RunsAndAllReducesAreCountedExactlyPerReplicaThread) {
+  constexpr int kReplicas = 3, kRuns = 5, kReducesPerRun = 2;
+  MirroredStrategy strategy(cpus(kReplicas));
+  strategy.run([] {});  // a run before the timeline: not in it
+  const std::string path = file("trace.json");
+  timeline::start(path);
+  EXPECT_TRUE(timeline::active());
+  EXPECT_EQ(timeline::path(), path);
+  for (int i = 0; i < kRuns; ++i) {
+    auto out = strategy.run([] {
+      auto* ctx = get_replica_context();
+      Tensor<float> x = Tensor<float>::full({3, 4}, float(ctx->replica_id_in_sync_group() + 1));
+      Tensor<float> sum;
+      for (int k = 0; k < kReducesPerRun; ++k) sum = ctx->all_reduce(ReduceOp::SUM, x);
+      return sum;
+    });
+    EXPECT_EQ(out.values()[0].to_vector()[0], 6.0f);  // 1 + 2 + 3
+  }
+  timeline::stop();
+  EXPECT_FALSE(timeline::active());
+  EXPECT_EQ(timeline::path(), "");
+
+  const Trace trace(path);
+  const auto runs = trace.named("run");
+  ASSERT_EQ(runs.size(), std::size_t{kRuns * kReplicas});
+  std::map<int64_t, std::set<int64_t>> steps_by_tid;
+  std::map<int64_t, int64_t> replica_of_tid;
+  for (const Event* e : runs) {
+    EXPECT_EQ(e->category, "run");
+    EXPECT_EQ(e->pid, 0);
+    steps_by_tid[e->tid].insert(e->arg("step"));
+    replica_of_tid[e->tid] = e->arg("replica");
+  }
+  ASSERT_EQ(steps_by_tid.size(), std::size_t{kReplicas}) << "one thread per replica";
+  for (const auto& [tid, steps] : steps_by_tid) {
+    // The strategy's runs 1..5 (run 0 came before the timeline).
+    EXPECT_EQ(steps, (std::set<int64_t>{1, 2, 3, 4, 5}));
+    const int64_t r = replica_of_tid[tid];
+    EXPECT_EQ(trace.thread_name(tid), "replica " + std::to_string(r) + " (CPU:" + std::to_string(r) + ")");
+  }
+  const auto reduces = trace.named("all_reduce");
+  ASSERT_EQ(reduces.size(), std::size_t{kRuns * kReplicas * kReducesPerRun});
+  for (const Event* e : reduces) {
+    EXPECT_EQ(e->category, "collective");
+    EXPECT_EQ(e->arg("bytes"), 3 * 4 * 4);
+    EXPECT_EQ(e->arg("tensors"), 1);
+    EXPECT_EQ(e->str("op"), "SUM");
+    EXPECT_EQ(e->str("dtype"), "float32");
+    EXPECT_NE(trace.enclosing(*e, "run"), nullptr) << "a collective is inside its replica's run";
+  }
+  const auto waits = trace.named("rendezvous");
+  ASSERT_EQ(waits.size(), reduces.size());
+  for (const Event* e : waits) EXPECT_NE(trace.enclosing(*e, "all_reduce"), nullptr);
+}
+
+TEST_F(TimelineTest, NestedAllReduceAndAllGatherCarryTheirBytes) {
+  MirroredStrategy strategy(cpus(2));
+  const std::string path = file("nest.json");
+  timeline::start(path);
+  strategy.run([] {
+    auto* ctx = get_replica_context();
+    auto nest = std::make_tuple(Tensor<double>::full({5}, 1.0), Tensor<float>::full({2, 3}, 2.0f));
+    (void)ctx->all_reduce(ReduceOp::MEAN, nest);
+    (void)ctx->all_gather(Tensor<float>::full({2, 2}, 1.0f), 0);
+  });
+  timeline::stop();
+  const Trace trace(path);
+  const auto reduces = trace.named("all_reduce");
+  ASSERT_EQ(reduces.size(), 2u);
+  for (const Event* e : reduces) {
+    EXPECT_EQ(e->arg("bytes"), 5 * 8 + 6 * 4);
+    EXPECT_EQ(e->arg("tensors"), 2);
+    EXPECT_EQ(e->str("op"), "MEAN");
+    EXPECT_EQ(e->str("dtype"), "float64");
+  }
+  const auto gathers = trace.named("all_gather");
+  ASSERT_EQ(gathers.size(), 2u);
+  for (const Event* e : gathers) {
+    EXPECT_EQ(e->arg("bytes"), 16);  // this replica's contribution
+    EXPECT_EQ(e->arg("axis"), 0);
+  }
+  EXPECT_EQ(trace.named("rendezvous").size(), 4u);
+}
+
+TEST_F(TimelineTest, ReduceGatherAndMergeCall) {
+  MirroredStrategy strategy(cpus(2));
+  const std::string path = file("cross.json");
+  timeline::start(path);
+  auto values =
+      strategy.run([] { return Tensor<float>::full({4}, float(get_replica_context()->replica_id_in_sync_group())); });
+  (void)strategy.reduce(ReduceOp::SUM, values, std::nullopt);
+  (void)strategy.gather(values, 0);
+  strategy.run([] { get_replica_context()->merge_call([](Strategy&, const PerReplica<int>&) {}, 1); });
+  timeline::stop();
+
+  const Trace trace(path);
+  const auto reduce = trace.named("reduce");
+  ASSERT_EQ(reduce.size(), 1u);
+  EXPECT_EQ(reduce[0]->arg("bytes"), 16);
+  EXPECT_EQ(reduce[0]->arg("tensors"), 1);
+  EXPECT_EQ(reduce[0]->str("op"), "SUM");
+  const auto gather = trace.named("gather");
+  ASSERT_EQ(gather.size(), 1u);
+  EXPECT_EQ(gather[0]->arg("bytes"), 32);
+  // Both on the calling thread, which is no replica's.
+  EXPECT_EQ(reduce[0]->tid, gather[0]->tid);
+  for (const Event* run : trace.named("run")) EXPECT_NE(run->tid, reduce[0]->tid);
+
+  const auto merges = trace.named("merge_call");
+  ASSERT_EQ(merges.size(), 2u);
+  const auto fns = trace.named("merge_fn");
+  ASSERT_EQ(fns.size(), 1u) << "merge_fn runs once, on replica 0";
+  EXPECT_NE(trace.enclosing(*fns[0], "merge_call"), nullptr);
+}
+
+TEST_F(TimelineTest, PrefetchingIsTracedOnItsOwnThreadWithBytes) {
+  MirroredStrategy strategy(cpus(2));
+  const std::string path = file("input.json");
+  timeline::start(path);
+  // 8 rows of 3 floats in global batches of 4: two steps of 2 rows per replica.
+  auto ds = data::from_tensor_slices(Tensor<float>::full({8, 3}, 1.0f)).batch(4);
+  auto dist = strategy.experimental_distribute_dataset(ds);
+  int steps = 0;
+  for (const auto& step : dist) {
+    strategy.run([](const Tensor<float>& x) { return x; }, step);
+    ++steps;
+  }
+  EXPECT_EQ(steps, 2);
+  timeline::stop();
+
+  const Trace trace(path);
+  std::vector<const Event*> produced;
+  for (const Event* e : trace.named("prefetch")) {
+    EXPECT_EQ(e->category, "input");
+    EXPECT_EQ(trace.thread_name(e->tid), "prefetch");
+    if (e->has("bytes")) produced.push_back(e);
+  }
+  ASSERT_EQ(produced.size(), 2u) << "one per step (the last call finds the end and carries no bytes)";
+  for (const Event* e : produced) EXPECT_EQ(e->arg("bytes"), 2 * (2 * 3 * 4));  // two replicas' 2x3 floats
+  EXPECT_EQ(produced[0]->arg("element"), 0);
+  EXPECT_EQ(produced[1]->arg("element"), 1);
+  const auto waits = trace.named("prefetch_wait");
+  ASSERT_GE(waits.size(), 3u);  // two steps and the end
+  for (const Event* e : waits) EXPECT_NE(trace.thread_name(e->tid), "prefetch");
+}
+
+TEST_F(TimelineTest, CheckpointSaveAndLoadCarryBytesAndTheEscapedPath) {
+  // Every character JSON must escape, and a byte that is not UTF-8, in the file name.
+  const std::string path = file("ck \"q\" \\ \t\x01 \xff.safetensors");
+  const std::string trace_path = file("ckpt.json");
+  timeline::start(trace_path);
+  checkpoint::save_tensors(path, {{"w", checkpoint::untyped(Tensor<float>::full({10}, 2.0f))}});
+  const auto loaded = checkpoint::load(path);
+  EXPECT_EQ(loaded.names(), std::vector<std::string>{"w"});
+  timeline::stop();
+
+  const auto size = static_cast<int64_t>(fs::file_size(path));
+  const Trace trace(trace_path);
+  const auto saves = trace.named("checkpoint_save");
+  const auto loads = trace.named("checkpoint_load");
+  ASSERT_EQ(saves.size(), 1u);
+  ASSERT_EQ(loads.size(), 1u);
+  EXPECT_EQ(saves[0]->arg("bytes"), size);
+  EXPECT_EQ(saves[0]->arg("tensors"), 1);
+  EXPECT_EQ(loads[0]->arg("bytes"), size);
+  const std::string shown = file("ck \"q\" \\ \t\x01 \xEF\xBF\xBD.safetensors");  // U+FFFD for 0xff
+  EXPECT_EQ(saves[0]->str("path"), shown);
+  EXPECT_EQ(loads[0]->str("path"), shown);
+  EXPECT_THAT(read_file(trace_path), HasSubstr("\\\"q\\\" \\\\ \\t\\u0001"));
+}
+
+TEST_F(TimelineTest, ThreadNamesAreEscaped) {
+  const std::string path = file("names.json");
+  timeline::start(path);
+  int64_t tid = 0;
+  std::thread t([&] {
+    detail::timeline::name_this_thread("worker \"7\"\n\\ \x80");
+    detail::timeline::Scope s("work", "test");
+    tid = static_cast<int64_t>(::syscall(SYS_gettid));
+  });
+  t.join();
+  timeline::stop();
+  const Trace trace(path);
+  ASSERT_EQ(trace.named("work").size(), 1u);
+  EXPECT_EQ(trace.named("work")[0]->tid, tid);
+  EXPECT_EQ(trace.thread_name(tid), "worker \"7\"\n\\ \xEF\xBF\xBD");
+}
+
+TEST_F(TimelineTest, AFullBufferLosesNoEvent) {
+  // Far more events than one thread's ring holds, as fast as one thread can make them.
+  constexpr int kEvents = 20000;
+  const std::string path = file("full.json");
+  timeline::start(path);
+  for (int i = 0; i < kEvents; ++i) {
+    detail::timeline::Scope s("tick", "test");
+    s.arg("i", i);
+  }
+  timeline::stop();
+  const Trace trace(path);
+  const auto ticks = trace.named("tick");
+  ASSERT_EQ(ticks.size(), std::size_t{kEvents});
+  std::vector<int64_t> seen;
+  for (const Event* e : ticks) seen.push_back(e->arg("i"));
+  std::sort(seen.begin(), seen.end());
+  for (int i = 0; i < kEvents; ++i) ASSERT_EQ(seen[i], i);
+}
+
+TEST_F(TimelineTest, EventsOfThreadsThatExitedAreWritten) {
+  constexpr int kThreads = 12, kPerThread = 3;
+  const std::string path = file("threads.json");
+  timeline::start(path);
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads / 2; ++t)
+      threads.emplace_back([] {
+        for (int i = 0; i < kPerThread; ++i) detail::timeline::Scope s("short_lived", "test");
+      });
+    for (auto& t : threads) t.join();
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));  // the writer drops their buffers meanwhile
+  }
+  timeline::stop();
+  const Trace trace(path);
+  EXPECT_EQ(trace.named("short_lived").size(), std::size_t{kThreads * kPerThread});
+}
+
+TEST_F(TimelineTest, OffRecordsNothing) {
+  EXPECT_FALSE(timeline::active());
+  detail::timeline::Scope s("nothing", "test");
+  EXPECT_FALSE(s.active());
+}
+
+}  // namespace
+}  // namespace mirrored::timeline_test
