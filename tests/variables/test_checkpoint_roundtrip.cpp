@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "util/crc32.hpp"
 #include "variables/checkpoint_test_util.hpp"
 
 namespace mirrored {
@@ -165,6 +166,44 @@ TEST_F(CheckpointFormat, FlippedByteDeepInsideALargeTensorFailsTheChecksum) {
     EXPECT_THAT(error_of<InvalidArgumentError>([&] { checkpoint::load(p); }),
                 AllOf(HasSubstr(p), HasSubstr("checksum mismatch")))
         << "flipped byte at " << at;
+  }
+}
+
+TEST_F(CheckpointFormat, FilesSavedWithEachCrcKernelLoadWithEveryOther) {
+  // The checksum kernel is chosen per CPU: a file written on one machine (or with zlib's fallback)
+  // must load on another, and a flipped byte must fail the load whichever kernel checks it.
+  struct RestoreKernel {
+    detail::Crc32Kernel saved = detail::crc32_kernel();
+    ~RestoreKernel() { detail::set_crc32_kernel(saved); }
+  } restore;
+  const std::size_t n = detail::kCheckpointChunkBytes / sizeof(float) + 4097;  // two chunks, odd tail
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 4093) - 2000.0f;
+  const auto w = untyped(Tensor<float>::from_vector(v, {static_cast<int64_t>(n)}));
+  std::vector<detail::Crc32Kernel> kernels;
+  for (auto k : {detail::Crc32Kernel::kZlib, detail::Crc32Kernel::kPclmul, detail::Crc32Kernel::kVpclmul512})
+    if (detail::crc32_kernel_supported(k)) kernels.push_back(k);
+  std::string first_file;  // every kernel writes the same bytes, checksum included
+  for (const auto writer : kernels) {
+    ASSERT_TRUE(detail::set_crc32_kernel(writer));
+    const std::string p = file(std::string("w_") + detail::crc32_kernel_name(writer) + ".safetensors");
+    checkpoint::save_tensors(p, {{"w", w}, {"b", untyped(Tensor<uint8_t>{7, 8, 9})}});
+    std::string bad = read_file(p);
+    if (first_file.empty()) first_file = bad;
+    EXPECT_TRUE(bad == first_file) << "the file saved with " << detail::crc32_kernel_name(writer) << " differs";
+    bad[bad.size() - 100] ^= 0x10;
+    const std::string bad_path = p + ".bad";
+    write_file(bad_path, bad);
+    for (const auto reader : kernels) {
+      ASSERT_TRUE(detail::set_crc32_kernel(reader));
+      const auto ck = checkpoint::load(p);
+      EXPECT_EQ(ck.get<float>("w").to_vector(), v) << "saved with " << detail::crc32_kernel_name(writer)
+                                                   << ", loaded with " << detail::crc32_kernel_name(reader);
+      EXPECT_EQ(ck.get<uint8_t>("b").to_vector(), (std::vector<uint8_t>{7, 8, 9}));
+      EXPECT_THAT(error_of<InvalidArgumentError>([&] { checkpoint::load(bad_path); }),
+                  AllOf(HasSubstr(bad_path), HasSubstr("checksum mismatch")))
+          << "loaded with " << detail::crc32_kernel_name(reader);
+    }
   }
 }
 
