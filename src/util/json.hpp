@@ -65,4 +65,9 @@ inline constexpr int kDefaultMaxDepth = 64;
 /// column C", naming the key and the object it is in for a duplicate key.
 Value parse(std::string_view text, std::string_view what = "JSON", int max_depth = kDefaultMaxDepth);
 
+/// Appends `s` to `out` as a quoted JSON string: `"` and `\\` escaped, control characters as
+/// short escapes or `\\u00XX`, and bytes that are not valid UTF-8 as U+FFFD (the written JSON is
+/// always valid; text already valid UTF-8 is copied unchanged).
+void append_json_string(std::string& out, std::string_view s);
+
 }  // namespace mirrored::detail::json

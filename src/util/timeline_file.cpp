@@ -38,40 +38,6 @@ void append_us(std::string& out, std::int64_t ns) {
 
 }  // namespace
 
-void append_json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (std::size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x80) {
-      const std::size_t len = utf8_sequence_length(s, i);
-      if (len == 0) {
-        append_utf8(out, 0xFFFD);
-        ++i;
-      } else {
-        out.append(s.substr(i, len));
-        i += len;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-    ++i;
-  }
-  out += '"';
-}
 
 TimelineFile::TimelineFile(std::string path, int pid) : path_(std::move(path)), pid_(pid) {
   int fd = -1;

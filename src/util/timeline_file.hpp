@@ -9,11 +9,11 @@
 
 #include "util/timeline.hpp"
 
+#include "util/json.hpp"
+
 namespace mirrored::detail::timeline {
 
-/// Appends `s` as a JSON string (quoted; `"`, `\` and control characters escaped). Bytes that are
-/// not well-formed UTF-8 (a file name may hold any bytes) become U+FFFD, so the file stays JSON.
-void append_json_string(std::string& out, std::string_view s);
+using json::append_json_string;  // util/json.hpp: file names may hold any bytes
 
 class TimelineFile {
  public:

@@ -9,6 +9,8 @@
 #include "mirrored/checkpoint.hpp"
 #include "util/utf8.hpp"
 
+#include "util/json.hpp"
+
 namespace mirrored::checkpoint::internal {
 
 inline constexpr std::string_view kMetadataKey = "__metadata__";
@@ -30,8 +32,7 @@ std::string quoted(std::string_view s);
 std::optional<DType> dtype_from_name(std::string_view name);
 using detail::append_utf8;  // util/utf8.hpp
 using detail::valid_utf8;
-/// Appends `s` as a JSON string literal.
-void append_json_string(std::string& out, std::string_view s);
+using detail::json::append_json_string;  // util/json.hpp (names are checked UTF-8 before)
 
 struct TensorInfo {
   std::string name;
