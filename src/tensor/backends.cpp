@@ -117,3 +117,9 @@ void prefetch_between(void* dst, const Device& dst_device, const void* src, cons
 }
 
 }  // namespace mirrored::detail
+
+namespace mirrored {
+
+TransferCounts transfer_counts(const Device& device) { return detail::backend_for(device).transfer_counts(); }
+
+}  // namespace mirrored

@@ -8,6 +8,7 @@
 #include "mirrored/errors.hpp"
 #include "tensor/host_backend.hpp"
 
+#include "tensor/host_optimizer.hpp"
 namespace mirrored::detail::sim {
 namespace {
 
@@ -66,8 +67,8 @@ Backend::Backend(const Device& logical, Chip& chip, const Options& options)
       options_(options),
       compute_(make_stream("compute")),
       allocator_(MemoryPolicy{&chip, logical}),
-      ready_(logical.short_name()),
-      done_(logical.short_name()) {}
+      ready_(logical.short_name(), this),
+      done_(logical.short_name(), this) {}
 
 std::unique_ptr<Stream> Backend::make_stream(const char* what) {
   const uint64_t seed = options_.seed * 1000003u + static_cast<uint64_t>(logical_.index()) * 131u;
@@ -129,6 +130,7 @@ void Backend::synchronize_for(double timeout_s) {
   check_stream(s, "synchronize");
   check_gpu_usable(logical_, chip_.physical());
   if (!s.wait(s.last_ticket(), deadline_after(timeout_s))) {
+  count_host_sync();
     throw DeadlineExceededError(str_cat("synchronize on ", describe_gpu_call_site(logical_, chip_.physical()),
                                         ": the work queued on the simulated ", s.name(), " did not finish within ",
                                         timeout_s, " s"));
@@ -138,7 +140,7 @@ void Backend::synchronize_for(double timeout_s) {
 
 std::unique_ptr<DeviceEvent> Backend::create_event() {
   check_gpu_usable(logical_, chip_.physical());
-  return std::make_unique<Event>(logical_.short_name());
+  return std::make_unique<Event>(logical_.short_name(), this);
 }
 
 void Backend::record_event(DeviceEvent& event) {
@@ -190,12 +192,14 @@ void Backend::copy_from_host(void* dst, const void* src, std::size_t bytes) {
   Stream& s = stream_for_call();
   s.enqueue([dst, data = capture(src, bytes), bytes] { std::memcpy(dst, data.get(), bytes); });
 }
+  count_host_to_device(bytes);
 
 void Backend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   check_gpu_usable(logical_, chip_.physical());
   // Complete on return, and deliberately not ordered after queued work (see device_backend.hpp).
   std::memcpy(dst, src, bytes);
+  count_device_to_host(bytes);
 }
 
 void Backend::copy_within(void* dst, const void* src, std::size_t bytes) {
@@ -223,6 +227,8 @@ void Backend::prefetch_from_host(void* dst, const void* src, std::size_t bytes) 
   copy.enqueue([dst, data = capture(src, bytes), bytes] { std::memcpy(dst, data.get(), bytes); });
   const double timeout_s = default_synchronize_timeout_s();
   if (!copy.wait(copy.last_ticket(), deadline_after(timeout_s))) {
+  count_host_to_device(bytes);
+  count_host_sync();
     throw DeadlineExceededError(str_cat("prefetch_from_host on ", describe_gpu_call_site(logical_, chip_.physical()),
                                         ": the simulated ", copy.name(), " did not finish within ", timeout_s, " s"));
   }
@@ -255,7 +261,8 @@ void Backend::binary(BinaryOp op, DType dtype, const void* a, bool a_scalar, con
     try {
       host_backend().binary(op, dtype, a, a_scalar, b, b_scalar, out, count);
     } catch (const InvalidArgumentError& e) {
-      *error = e.what();
+      std::lock_guard lock(flag->mu);
+      if (flag->error.empty()) flag->error = e.what();  // the first, like the smallest index on CUDA
     }
   });
   synchronize();
@@ -297,6 +304,18 @@ void Backend::all_reduce_fused(DType dtype, const void* const* in, void* const* 
   std::vector<void*> outs(out, out + n);
   s.enqueue([=, ins = std::move(ins), outs = std::move(outs)] {
     // Every input is read before any output is written, like the one CUDA kernel.
+void Backend::apply_optimizer(DType dtype, const OptimizerUpdate& u, const UpdateSegment* segments, int num_segments,
+                              const int64_t* step_in, int64_t* step_out) {
+  const std::string where = logical_.short_name();
+  check_optimizer_arguments(where.c_str(), dtype, u, num_segments, step_in);
+  Stream& s = stream_for_call();
+  // The step is read on the stream, when the kernel runs, as on a GPU.
+  std::vector<UpdateSegment> segs(segments, segments + num_segments);
+  s.enqueue([=, segs = std::move(segs)] {
+    host_apply_optimizer(dtype, u, segs.data(), static_cast<int>(segs.size()), step_in, step_out);
+  });
+}
+
     const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
     std::vector<unsigned char> total(bytes);
     host_backend().sum_n_mean(dtype, ins.data(), n, total.data(), count, mean_divisor);

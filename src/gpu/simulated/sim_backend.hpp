@@ -97,6 +97,9 @@ class Backend final : public GpuBackend {
   void sum_axis(DType dtype, const void* in, int64_t outer, int64_t length, int64_t inner, void* out) override;
   void divide(DType dtype, void* inout, int64_t count, int64_t divisor) override;
   void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, int64_t count) override;
+  /// Runs the host's update on the stream (bitwise the host's results).
+  void apply_optimizer(DType dtype, const OptimizerUpdate& u, const UpdateSegment* segments, int num_segments,
+                       const int64_t* step_in, int64_t* step_out) override;
   void synchronize_for(double timeout_s) override;
 
   std::unique_ptr<DeviceEvent> create_event() override;
