@@ -4,11 +4,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "mirrored/errors.hpp"
 #include "tensor/host_backend.hpp"
-
 #include "tensor/host_optimizer.hpp"
+
 namespace mirrored::detail::sim {
 namespace {
 
@@ -129,13 +130,14 @@ void Backend::synchronize_for(double timeout_s) {
   Stream& s = stream(current_stream());
   check_stream(s, "synchronize");
   check_gpu_usable(logical_, chip_.physical());
-  if (!s.wait(s.last_ticket(), deadline_after(timeout_s))) {
   count_host_sync();
+  if (!s.wait(s.last_ticket(), deadline_after(timeout_s))) {
     throw DeadlineExceededError(str_cat("synchronize on ", describe_gpu_call_site(logical_, chip_.physical()),
                                         ": the work queued on the simulated ", s.name(), " did not finish within ",
                                         timeout_s, " s"));
   }
   check_stream(s, "synchronize");
+  raise_division_by_zero(current_stream());
 }
 
 std::unique_ptr<DeviceEvent> Backend::create_event() {
@@ -190,16 +192,16 @@ void Backend::deallocate(void* ptr, std::size_t) noexcept { allocator_.deallocat
 void Backend::copy_from_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   Stream& s = stream_for_call();
+  count_host_to_device(bytes);
   s.enqueue([dst, data = capture(src, bytes), bytes] { std::memcpy(dst, data.get(), bytes); });
 }
-  count_host_to_device(bytes);
 
 void Backend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   check_gpu_usable(logical_, chip_.physical());
+  count_device_to_host(bytes);
   // Complete on return, and deliberately not ordered after queued work (see device_backend.hpp).
   std::memcpy(dst, src, bytes);
-  count_device_to_host(bytes);
 }
 
 void Backend::copy_within(void* dst, const void* src, std::size_t bytes) {
@@ -225,10 +227,10 @@ void Backend::prefetch_from_host(void* dst, const void* src, std::size_t bytes) 
   const uint64_t before = main.last_ticket();
   copy.enqueue([&main, before] { main.wait(before, Clock::time_point::max()); });
   copy.enqueue([dst, data = capture(src, bytes), bytes] { std::memcpy(dst, data.get(), bytes); });
-  const double timeout_s = default_synchronize_timeout_s();
-  if (!copy.wait(copy.last_ticket(), deadline_after(timeout_s))) {
   count_host_to_device(bytes);
   count_host_sync();
+  const double timeout_s = default_synchronize_timeout_s();
+  if (!copy.wait(copy.last_ticket(), deadline_after(timeout_s))) {
     throw DeadlineExceededError(str_cat("prefetch_from_host on ", describe_gpu_call_site(logical_, chip_.physical()),
                                         ": the simulated ", copy.name(), " did not finish within ", timeout_s, " s"));
   }
@@ -254,9 +256,9 @@ void Backend::binary(BinaryOp op, DType dtype, const void* a, bool a_scalar, con
     s.enqueue([=] { host_backend().binary(op, dtype, a, a_scalar, b, b_scalar, out, count); });
     return;
   }
-  // Integer division: the kernel notes a zero divisor, and the host learns of it by waiting (as
-  // the CUDA backend does).
-  auto error = std::make_shared<std::string>();
+  // Integer division: the kernel notes a zero divisor on the stream, and the next synchronize of
+  // that stream raises it (as the CUDA backend does); the host does not wait here.
+  DivisionFlag* flag = &division_flag(current_stream());
   s.enqueue([=] {
     try {
       host_backend().binary(op, dtype, a, a_scalar, b, b_scalar, out, count);
@@ -265,8 +267,16 @@ void Backend::binary(BinaryOp op, DType dtype, const void* a, bool a_scalar, con
       if (flag->error.empty()) flag->error = e.what();  // the first, like the smallest index on CUDA
     }
   });
-  synchronize();
-  if (!error->empty()) throw InvalidArgumentError(*error);
+}
+
+void Backend::raise_division_by_zero(StreamKind kind) {
+  DivisionFlag& flag = division_flag(kind);
+  std::string error;
+  {
+    std::lock_guard lock(flag.mu);
+    error = std::exchange(flag.error, std::string());
+  }
+  if (!error.empty()) throw InvalidArgumentError(error);
 }
 
 void Backend::sum_n(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count) {
@@ -294,16 +304,6 @@ void Backend::cast(DType src_dtype, const void* src, DType dst_dtype, void* dst,
   stream_for_call().enqueue([=] { host_backend().cast(src_dtype, src, dst_dtype, dst, count); });
 }
 
-void Backend::all_reduce_fused(DType dtype, const void* const* in, void* const* out, int n, int64_t count,
-                               int64_t mean_divisor) {
-  if (count <= 0) return;
-  MIRRORED_ENFORCE(n >= 1 && n <= max_fused_replicas(), InternalError, "all_reduce_fused on ", logical_.short_name(),
-                   " with ", n, " replicas");
-  Stream& s = stream_for_call();
-  std::vector<const void*> ins(in, in + n);
-  std::vector<void*> outs(out, out + n);
-  s.enqueue([=, ins = std::move(ins), outs = std::move(outs)] {
-    // Every input is read before any output is written, like the one CUDA kernel.
 void Backend::apply_optimizer(DType dtype, const OptimizerUpdate& u, const UpdateSegment* segments, int num_segments,
                               const int64_t* step_in, int64_t* step_out) {
   const std::string where = logical_.short_name();
@@ -316,6 +316,16 @@ void Backend::apply_optimizer(DType dtype, const OptimizerUpdate& u, const Updat
   });
 }
 
+void Backend::all_reduce_fused(DType dtype, const void* const* in, void* const* out, int n, int64_t count,
+                               int64_t mean_divisor) {
+  if (count <= 0) return;
+  MIRRORED_ENFORCE(n >= 1 && n <= max_fused_replicas(), InternalError, "all_reduce_fused on ", logical_.short_name(),
+                   " with ", n, " replicas");
+  Stream& s = stream_for_call();
+  std::vector<const void*> ins(in, in + n);
+  std::vector<void*> outs(out, out + n);
+  s.enqueue([=, ins = std::move(ins), outs = std::move(outs)] {
+    // Every input is read before any output is written, like the one CUDA kernel.
     const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
     std::vector<unsigned char> total(bytes);
     host_backend().sum_n_mean(dtype, ins.data(), n, total.data(), count, mean_divisor);

@@ -133,6 +133,15 @@ class Backend final : public GpuBackend {
   // Throws the stream's failure (a sticky error: the chip is then unusable).
   void check_stream(const Stream& s, const char* op) const;
   std::unique_ptr<Stream> make_stream(const char* what);
+  // An integer division by zero found on a stream, raised by its next synchronize.
+  struct DivisionFlag {
+    std::mutex mu;
+    std::string error;
+  };
+  DivisionFlag& division_flag(StreamKind kind) {
+    return kind == StreamKind::compute ? compute_div_ : communication_div_;
+  }
+  void raise_division_by_zero(StreamKind kind);
 
   const Device logical_;
   Chip& chip_;
@@ -144,6 +153,7 @@ class Backend final : public GpuBackend {
   CachingAllocator<MemoryPolicy> allocator_;
   Event ready_, done_;
   std::atomic<int> fail_record_event_in_{0};
+  DivisionFlag compute_div_, communication_div_;
 };
 
 }  // namespace mirrored::detail::sim
