@@ -18,6 +18,7 @@
 #include "mirrored/multi_worker_mirrored_strategy.hpp"
 #include "mirrored/nn.hpp"
 #include "mirrored/optimizers.hpp"
+#include "mirrored/pending_collective.hpp"
 #include "mirrored/reduce_op.hpp"
 #include "mirrored/replica_context.hpp"
 #include "mirrored/strategy.hpp"
