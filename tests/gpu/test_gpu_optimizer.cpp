@@ -1,5 +1,6 @@
-// The fused optimizer update on a GPU against the host's, and what one update moves between the
-// host and the device (nothing). On CUDA the update contracts multiply-adds (FMA), so it agrees
+// The fused optimizer update on a GPU against the host's, what one update moves between the host
+// and the device (nothing), and what the device-resident digits step moves (the batch in, the loss
+// out). On CUDA the update contracts multiply-adds (FMA), so it agrees
 // with the host within a tolerance; on simulated GPUs (the host's loops on the streams) bit for
 // bit. Skips without a GPU.
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 
 #include <mirrored/mirrored.hpp>
 
+#include "digits/train.hpp"
 #include "gpu/gpu_runtime.hpp"
 
 namespace mirrored {
@@ -99,6 +101,29 @@ TEST_F(GpuOptimizer, AnUpdateMovesNothingAndDoesNotWait) {
   EXPECT_EQ(after.device_to_host_bytes - before.device_to_host_bytes, 0u);
   EXPECT_EQ(after.host_syncs - before.host_syncs, 0u);
   EXPECT_EQ(opt.iterations(), 20);
+}
+
+// The device-resident digits step (train_digits --devices GPU:0): the model on the device (cuBLAS
+// and the example's kernels), the gradients through GradientBuckets and the fused optimizer. Over
+// a whole training run only these cross: the initial weights and every batch host->device, the
+// loss of every step and the trained weights (for the held-out accuracy) device->host.
+TEST_F(GpuOptimizer, TheDigitsStepOnCudaMovesOnlyTheBatchAndTheLoss) {
+  if (simulated()) GTEST_SKIP() << "the example's kernels need real CUDA GPUs";
+  static const digits::Split data = digits::split_digits(digits::load_digits(digits::default_digits_path()), 0.2, 7);
+  MirroredStrategy s({"GPU:0"});
+  digits::TrainConfig cfg;
+  cfg.epochs = 2;
+  cfg.global_batch = 64;
+  const TransferCounts before = transfer_counts(kGpu0);
+  int64_t steps = 0;
+  const auto result = digits::train(s, data, cfg, [&](const digits::EpochReport&) { ++steps; });
+  const TransferCounts after = transfer_counts(kGpu0);
+  const uint64_t weights = (64 * 64 + 64 + 64 * 10 + 10) * sizeof(float);
+  const uint64_t examples = static_cast<uint64_t>(data.train.size());
+  const uint64_t batches = cfg.epochs * examples * (64 * sizeof(float) + sizeof(int32_t));
+  EXPECT_EQ(after.host_to_device_bytes - before.host_to_device_bytes, weights + sizeof(int64_t) + batches);
+  EXPECT_EQ(after.device_to_host_bytes - before.device_to_host_bytes, weights + steps * sizeof(double));
+  EXPECT_GE(result.test_accuracy, 0.9);
 }
 
 }  // namespace

@@ -6,8 +6,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -232,6 +234,65 @@ TEST(SimulatedGpuHostWaits, ReduceToOntoALogicalGpuStaysOnTheDevice) {
     for (const auto& m : batch)
       for (const auto& c : m.values()) EXPECT_EQ(c.to_vector(), expected);
   }
+}
+
+// The device-resident step on the library's side (what train_digits does on CUDA GPUs, with the
+// model math in the library's own tensor ops instead of the example's cuBLAS kernels, which a
+// simulated GPU cannot run): per step, only the input batch goes host->device (the prefetcher's
+// copies) and the loss scalar device->host; the gradients go through GradientBuckets and the
+// fused optimizer without touching the host.
+TEST(SimulatedGpuStep, OnlyTheBatchGoesInAndTheLossComesOut) {
+  MirroredStrategy s({"GPU:0", "GPU:1"});
+  constexpr int64_t kExamples = 16, kFeatures = 8, kGlobal = 4, kSteps = kExamples / kGlobal;
+  std::vector<float> features(static_cast<std::size_t>(kExamples * kFeatures));
+  for (std::size_t i = 0; i < features.size(); ++i) features[i] = static_cast<float>(i % 13) / 4;
+  std::vector<int32_t> labels(static_cast<std::size_t>(kExamples));
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 10);
+  const auto dataset = data::Dataset<>::from_tensor_slices(Tensor<float>::from_vector(features, {kExamples, kFeatures}),
+                                                           Tensor<int32_t>::from_vector(labels, {kExamples}))
+                           .batch(kGlobal);
+  Variable<float> w = [&] {
+    auto scope = s.scope();
+    return Variable<float>(Tensor<float>::full({kGlobal / 2, kFeatures}, 0.5f));
+  }();
+  optimizers::Adam<float> opt;
+  {
+    auto scope = s.scope();
+    opt.build({w});
+  }
+  using Batch = std::tuple<Tensor<float>, Tensor<int32_t>>;
+  const auto dist = s.experimental_distribute_dataset(dataset);
+  const TransferCounts before0 = counts(kGpu0), before1 = counts(kGpu1);
+  double total_loss = 0;
+  int64_t steps = 0;
+  for (const PerReplica<Batch>& batch : dist) {
+    auto losses = s.run(
+        [&](const Batch& b) {
+          const auto& [x, y] = b;
+          // "Forward": per-example losses from the weights, on the device.
+          const Tensor<float> per_example = (x * w.value()).reshape({x.numel()});
+          // "Backward": gradients on the device, all-reduced in buckets, then the fused update.
+          GradientBuckets<float> buckets;
+          buckets.push(x * 0.25f);
+          const auto reduced = buckets.finish();
+          opt.apply_gradients({{reduced[0], w}}, /*skip_gradients_aggregation=*/true);
+          return nn::compute_average_loss(per_example, kGlobal * kFeatures);
+        },
+        batch);
+    total_loss += s.reduce(ReduceOp::SUM, losses, std::nullopt).item();
+    ++steps;
+  }
+  const TransferCounts after0 = counts(kGpu0), after1 = counts(kGpu1);
+  EXPECT_EQ(steps, kSteps);
+  // Each replica's slice of every batch: 2 examples of 8 floats and 2 int32 labels.
+  const uint64_t batch_bytes = kExamples * (kFeatures * sizeof(float) + sizeof(int32_t));
+  EXPECT_EQ((after0.host_to_device_bytes - before0.host_to_device_bytes) +
+                (after1.host_to_device_bytes - before1.host_to_device_bytes),
+            batch_bytes);
+  const uint64_t out = (after0.device_to_host_bytes - before0.device_to_host_bytes) +
+                       (after1.device_to_host_bytes - before1.device_to_host_bytes);
+  EXPECT_EQ(out, sizeof(float) * kSteps) << "the summed loss scalar of each step only";
+  EXPECT_TRUE(std::isfinite(total_loss));
 }
 
 }  // namespace
