@@ -4,15 +4,18 @@
 //
 //   train_digits [--devices CPU:0,CPU:1] [--epochs 20] [--global-batch 32] [--optimizer sgd|adam]
 //                [--learning-rate X] [--seed 0] [--data data/digits.csv.gz] [--save model.safetensors]
-//                [--strategy mirrored|multi_worker] [--timeline trace.json]
+//                [--strategy mirrored|multi_worker] [--timeline trace.json] [--verbose]
 // (`--flag value` or `--flag=value`; `--help` lists them with their defaults.)
 //
 // --strategy multi_worker trains with MultiWorkerMirroredStrategy over the workers TF_CONFIG
 // names (--devices are each worker's own replicas; see tools/launch.sh); only the chief saves.
 // --timeline writes a Chrome-trace / Perfetto timeline of the training (docs/timeline.md); each worker
 // of a multi-worker job writes its own file (trace.worker<k>.json).
+// --verbose prints, per replica device, what crossed between the host and the device during
+// training (bytes each way and host waits), in all and per step.
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -43,6 +46,7 @@ struct Args {
   std::string data = digits::default_digits_path();
   std::string save;
   std::string timeline;
+  bool verbose = false;
 };
 
 // A CLI11 validator (no text of its own in --help): `ok(value)` says whether the value is good.
@@ -135,6 +139,8 @@ Args parse(int argc, char** argv) {
       ->type_name("NAME")
       ->check(must_be("must be mirrored or multi_worker",
                       [](const std::string& v) { return v == "mirrored" || v == "multi_worker"; }));
+  app.add_flag("--verbose", a.verbose,
+               "Print the bytes between host and each replica device, and the host waits, per training step");
   app.allow_extras();  // reported below, in the order given (CLI11 lists them reversed)
   try {
     app.parse(argc, argv);
@@ -203,8 +209,33 @@ int main(int argc, char** argv) {
     std::printf("), global batch %lld, %s\n", static_cast<long long>(args.cfg.global_batch),
                 args.cfg.optimizer.c_str());
     const bool tty = isatty(STDOUT_FILENO);
-    const auto result =
-        digits::train(strategy, split, args.cfg, [&](const digits::EpochReport& r) { show(r, args.cfg.epochs, tty); });
+    const auto devices = strategy.extended().worker_devices();
+    std::vector<mirrored::TransferCounts> before;
+    for (const auto& d : devices) before.push_back(mirrored::transfer_counts(d));
+    int64_t steps = 0;
+    const auto result = digits::train(strategy, split, args.cfg, [&](const digits::EpochReport& r) {
+      ++steps;
+      show(r, args.cfg.epochs, tty);
+    });
+    if (args.verbose) {
+      // Everything from building the model to the last step (the input batches included).
+      for (std::size_t i = 0; i < devices.size(); ++i) {
+        const auto after = mirrored::transfer_counts(devices[i]);
+        const auto per_step = [&](uint64_t a, uint64_t b) {
+          return static_cast<double>(a - b) / std::max<int64_t>(steps, 1);
+        };
+        std::printf(
+            "%s: host->device %llu bytes (%.1f per step), device->host %llu bytes (%.1f per step), "
+            "host waits %llu (%.1f per step)\n",
+            devices[i].short_name().c_str(),
+            static_cast<unsigned long long>(after.host_to_device_bytes - before[i].host_to_device_bytes),
+            per_step(after.host_to_device_bytes, before[i].host_to_device_bytes),
+            static_cast<unsigned long long>(after.device_to_host_bytes - before[i].device_to_host_bytes),
+            per_step(after.device_to_host_bytes, before[i].device_to_host_bytes),
+            static_cast<unsigned long long>(after.host_syncs - before[i].host_syncs),
+            per_step(after.host_syncs, before[i].host_syncs));
+      }
+    }
     std::printf("held-out accuracy: %.2f%% (%lld examples) after %d epochs in %.2f s\n", 100 * result.test_accuracy,
                 static_cast<long long>(split.test.size()), args.cfg.epochs, result.seconds);
     if (!args.save.empty() && strategy.extended().should_checkpoint()) {

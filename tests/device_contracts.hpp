@@ -49,7 +49,9 @@ inline std::vector<int32_t> expected_fresh(int64_t n, int32_t seed) {
 }
 
 /// copy_between, sum_parts_on and concat_into between every pair of `devices` (each with itself
-/// too): their results are complete when they return.
+/// too): their results are complete when they return, except what stays on one device (a copy
+/// within it, a sum into an output on the summing device), which is ordered on its stream like a
+/// kernel: it is complete once that stream is synchronized, and the host did not wait for it.
 inline void expect_complete_on_return(const std::vector<Device>& devices) {
   constexpr int64_t kN = 40000;
   // Values differ from check to check, so that memory left over from an earlier one (blocks are
@@ -64,6 +66,7 @@ inline void expect_complete_on_return(const std::vector<Device>& devices) {
       auto dst = Tensor<int32_t>::empty({kN}, to);
       slow_down(from, to);
       detail::copy_between(dst.data(), to, src.data(), from, src.bytes());
+      if (from == to) detail::backend_for(to).synchronize();
       EXPECT_EQ(read_unsynchronized(dst), expected_fresh(kN, seed)) << "copy_between " << pair;
       // sum_parts_on: parts on both devices, summed on `from`, into an output on `to`
       const auto a = fresh(from, kN, seed + 1);
@@ -72,6 +75,7 @@ inline void expect_complete_on_return(const std::vector<Device>& devices) {
       const auto ua = detail::TensorAccess::erase(a), ub = detail::TensorAccess::erase(b);
       slow_down(from, to);
       detail::sum_parts_on({&ua, &ub}, detail::TensorAccess::erase(sum), from, 0);
+      if (from == to) detail::backend_for(to).synchronize();
       std::vector<int32_t> want(static_cast<std::size_t>(kN));
       const auto ea = expected_fresh(kN, seed + 1), eb = expected_fresh(kN, seed + 2);
       for (std::size_t i = 0; i < want.size(); ++i) want[i] = ea[i] + eb[i];

@@ -1,6 +1,10 @@
 // digits::train, compiled once: the example, the digits tests and the GPU tests all link it.
 #include "digits/train.hpp"
 
+#include <mirrored/gradient_buckets.hpp>
+
+#include "digits/device_mlp.hpp"
+
 namespace digits {
 
 TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainConfig& cfg,
@@ -34,26 +38,44 @@ TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainCo
   const int64_t train_n = data.train.size();
   const int64_t steps = (train_n + cfg.global_batch - 1) / cfg.global_batch;
 
-  // The model's math is Eigen on host memory: a GPU replica brings its batch and weights to the
-  // host and sends its gradients back to its device, where they are all-reduced.
+  // The model's math: on a CUDA replica on the device (cuBLAS and the example's kernels,
+  // device_mlp.hpp), so that per step only the batch goes to the device and the loss comes back;
+  // elsewhere Eigen on host memory (a simulated GPU replica brings its batch and weights to the
+  // host and sends its gradients back to its device).
   auto on_host = [](const auto& t) { return t.device().is_host() ? t : t.to(cpu0); };
 
-  // One step on one replica: gradients of (sum of its losses) / global batch; returns its loss sum.
+  // One step on one replica: gradients of (sum of its losses) / global batch, all-reduced in
+  // buckets (the last layer's first, as a backward pass produces them), then the fused update
+  // without reducing again; returns its loss sum (a scalar on its device).
   using Batch = std::tuple<Tensor<float>, Tensor<int32_t>>;
   auto step_fn = [&](const Batch& batch, int64_t global) {
     const auto& [x, y] = batch;
     const Device& device = x.device();
-    MlpParams p{on_host(vars[0].value()), on_host(vars[1].value()), on_host(vars[2].value()), on_host(vars[3].value())};
-    MlpStep s = mlp_loss_and_grads(p, on_host(x), on_host(y));
-    const auto g = s.grads.tensors();
-    optimizers::GradsAndVars<float> gv;
-    for (std::size_t i = 0; i < g.size(); ++i) {
-      const Tensor<float> grad = g[i] / static_cast<float>(global);
-      gv.emplace_back(device.is_host() ? grad : grad.to(device), vars[i]);
+    std::vector<Tensor<float>> g;
+    Tensor<double> loss;
+    if (!device.is_host() && device_mlp_available(device)) {
+      const MlpParams p{vars[0].value(), vars[1].value(), vars[2].value(), vars[3].value()};
+      DeviceMlpStep s = device_mlp_loss_and_grads(p, x, y);
+      g = s.grads.tensors();
+      loss = cast<double>(s.loss_sum);
+    } else {
+      const MlpParams p{on_host(vars[0].value()), on_host(vars[1].value()), on_host(vars[2].value()),
+                        on_host(vars[3].value())};
+      MlpStep s = mlp_loss_and_grads(p, on_host(x), on_host(y));
+      g = s.grads.tensors();
+      double sum = 0;
+      for (float l : s.per_example_loss.to_vector()) sum += l;
+      loss = Tensor<double>::scalar(sum);
     }
-    opt->apply_gradients(gv);
-    double loss = 0;
-    for (float l : s.per_example_loss.to_vector()) loss += l;
+    GradientBuckets<float> buckets;
+    for (std::size_t i = g.size(); i-- > 0;) {
+      const Tensor<float> grad = g[i] / static_cast<float>(global);
+      buckets.push(grad.device() == device ? grad : grad.to(device));
+    }
+    const std::vector<Tensor<float>> reduced = buckets.finish();
+    optimizers::GradsAndVars<float> gv;
+    for (std::size_t i = 0; i < g.size(); ++i) gv.emplace_back(reduced[g.size() - 1 - i], vars[i]);
+    opt->apply_gradients(gv, /*skip_gradients_aggregation=*/true);
     return loss;
   };
 
@@ -72,7 +94,7 @@ TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainCo
       // replicas hold only their slices of it.
       const int64_t b = std::min(cfg.global_batch, train_n - step * cfg.global_batch);
       auto losses = strategy.run(step_fn, batch, b);
-      const double step_loss = strategy.reduce(ReduceOp::SUM, losses, std::nullopt);
+      const double step_loss = strategy.reduce(ReduceOp::SUM, losses, std::nullopt).item();
       ++step;
       // Once the loss is NaN or infinite, so are the weights: every further step is wasted.
       MIRRORED_ENFORCE(std::isfinite(step_loss), InvalidArgumentError, "training stopped: the loss became ",

@@ -56,6 +56,12 @@ class CrossDeviceOps {
                                 const std::vector<Device>& devices,
                                 std::vector<std::vector<detail::UntypedTensor>>& outputs, double timeout_s);
 
+  /// True when `all_reduce` stays correct with outputs that are the inputs themselves (every
+  /// replica's `outputs(r)[i]` the same tensor as its `inputs(r)[i]`, or some of them): the library
+  /// then reduces scratch values (packs, gradients nobody else holds) in place, saving the output
+  /// allocation and its write-allocate traffic. The default is false.
+  virtual bool reduces_in_place() const noexcept { return false; }
+
  protected:
   [[noreturn]] void unsupported(const char* op) const;
 };
@@ -85,6 +91,8 @@ class ReductionToOneDevice : public CrossDeviceOps {
 class InProcessAllReduce : public CrossDeviceOps {
  public:
   std::string name() const override { return "InProcessAllReduce"; }
+  /// True: each slice of every buffer is read by its one owner before that owner writes it.
+  bool reduces_in_place() const noexcept override { return true; }
   void reduce(ReduceOp op, const std::vector<detail::UntypedTensor>& per_replica,
               const detail::UntypedTensor& out) override;
   void all_reduce(ReduceOp op, CollectiveStep& step) override;

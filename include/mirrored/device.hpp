@@ -2,6 +2,7 @@
 /// \file
 /// Device names: parsing, canonical forms and discovery.
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -66,6 +67,20 @@ std::vector<Device> list_logical_devices(DeviceType type);
 
 /// True when `d` may hold tensors in this process (any CPU; a GPU index below the visible count).
 bool device_exists(const Device& d);
+
+/// What crossed between the host and one device since the process started: bytes each way
+/// (copies to and from the device, staged copies included) and the times the host blocked on the
+/// device (synchronize, event waits, flags read back). All zeros for a CPU device, whose memory is
+/// the host's. For checking that a training step stays on the device, and for `--verbose` output.
+struct TransferCounts {
+  uint64_t host_to_device_bytes = 0;
+  uint64_t device_to_host_bytes = 0;
+  uint64_t host_syncs = 0;
+};
+
+/// The counts of `device`'s backend (logical GPUs count separately). Safe from any thread.
+/// \throws NotFoundError for a GPU that is not visible.
+TransferCounts transfer_counts(const Device& device);
 
 namespace config {
 /// Splits physical GPU `physical_gpu` into `count` logical GPUs (must be called before any

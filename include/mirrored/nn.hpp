@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/replica_context.hpp"
 #include "mirrored/tensor.hpp"
@@ -33,11 +34,15 @@ Tensor<T> compute_average_loss(const Tensor<T>& per_example_loss,
   }
   MIRRORED_ENFORCE(global > 0, InvalidArgumentError, "compute_average_loss: global_batch_size must be positive, got ",
                    global);
-  // Summed in index order (deterministic), in double, then divided once.
-  const std::vector<T> values = per_example_loss.to_vector();
-  double sum = 0;
-  for (T v : values) sum += static_cast<double>(v);
-  return Tensor<T>::scalar(static_cast<T>(sum / static_cast<double>(global)), per_example_loss.device());
+  // Summed in index order (deterministic), in double, then divided once, on the loss's device: a
+  // GPU replica's loss never makes a round trip through the host.
+  const Device& device = per_example_loss.device();
+  const Tensor<double> wide = cast<double>(per_example_loss);
+  Tensor<double> sum = Tensor<double>::empty({}, device);
+  detail::DeviceBackend& backend = detail::backend_for(device);
+  backend.sum_axis(DType::float64, wide.data(), 1, wide.numel(), 1, sum.data());
+  backend.divide(DType::float64, sum.data(), 1, global);
+  return cast<T>(sum);
 }
 
 }  // namespace mirrored::nn

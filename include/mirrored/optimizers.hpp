@@ -1,20 +1,33 @@
 #pragma once
 /// \file
-/// Optimizers (`SGD`, `Adam`) that aggregate gradients across replicas. Called inside
+/// Optimizers (`SGD`, `Adam`, `AdamW`) that aggregate gradients across replicas. Called inside
 /// `Strategy::run`, `apply_gradients` all-reduces the gradients (SUM, packed into few
 /// collectives) and every replica applies the same update to its own copy of each variable, so
 /// mirrored variables stay identical. Called outside any strategy it updates plain variables.
+///
+/// The built-in optimizers update fused: the copies of one replica are laid out as packs of
+/// segments (parameter, gradient, slots) and each pack is one `DeviceBackend::apply_optimizer`
+/// pass on the replica's device ("multi-tensor apply"): one vectorised loop per pack on the host,
+/// one kernel per pack on a GPU, where nothing goes to the host and back (the step count stays
+/// on the device too). Each replica thread updates its own copies, so N replicas split the
+/// update N ways; within a copy nothing is shared, so no range is split further. On the host
+/// the results are bitwise those of the per-variable `update` below; on CUDA they may differ in
+/// the last bits (contracted multiply-adds).
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "mirrored/communication_options.hpp"
+#include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/replica_context.hpp"
 #include "mirrored/tensor.hpp"
@@ -43,10 +56,12 @@ class Optimizer {
   bool pack_gradients = true;
 
   /// Applies one update. Inside `run` every replica must call it with gradients of the same
-  /// variables in the same order. \throws InvalidArgumentError when a gradient's shape differs
+  /// variables in the same order. `skip_gradients_aggregation` (Keras' name): the gradients are
+  /// already reduced across replicas (e.g. by `GradientBuckets`), so they are applied as given,
+  /// without another all-reduce. \throws InvalidArgumentError when a gradient's shape differs
   /// from its variable's; FailedPreconditionError for distributed variables in cross-replica
   /// context (call it inside `run`) or variables of different strategies.
-  void apply_gradients(const GradsAndVars<T>& grads_and_vars);
+  void apply_gradients(const GradsAndVars<T>& grads_and_vars, bool skip_gradients_aggregation = false);
 
   /// Creates the slot variables of `vars` now (in the current scope) instead of at the first
   /// `apply_gradients`. Optional.
@@ -64,13 +79,25 @@ class Optimizer {
   /// Computes the new value of one copy of a variable (and of its slots, in place) on host memory.
   /// `step` is the 1-based update count.
   virtual void update(T* value, const T* grad, std::vector<T*>& slots, int64_t count, int64_t step) = 0;
+  /// The same update as a backend operation (`DeviceBackend::apply_optimizer`), for optimizers
+  /// whose `update` is one of the fused kinds; nullopt (the default, e.g. for an optimizer of
+  /// one's own): `update` runs per variable on a host copy.
+  virtual std::optional<detail::OptimizerUpdate> fused_update() const { return std::nullopt; }
 
  private:
   struct Slots {
     std::vector<Variable<T>> vars;
   };
   const Slots& slots_for(const Variable<T>& var);
+  /// Where the optimizer's state for `var` is made: CPU:0 for a distributed variable (its
+  /// strategy copies it to every replica device), the device of a plain variable.
+  static Device home_device(const Variable<T>& var) {
+    const auto& state = detail::VariableAccess::state(var);
+    return state.strategy ? cpu0 : state.get(0).device();
+  }
   void apply_to_copy(const Variable<T>& var, std::size_t r, const Tensor<T>& grad, int64_t step);
+  void apply_fused(const detail::OptimizerUpdate& u, const std::vector<Variable<T>>& vars,
+                   const std::vector<Tensor<T>>& grads, std::size_t r, Variable<int64_t>& iterations);
 
   mutable std::mutex mu_;
   std::map<const void*, Slots> slots_;  // keyed by the variable's state
@@ -115,6 +142,14 @@ class SGD : public Optimizer<T> {
       w[i] += o_.nesterov ? m * v[i] - lr * g[i] : v[i];
     }
   }
+  std::optional<detail::OptimizerUpdate> fused_update() const override {
+    detail::OptimizerUpdate u;
+    u.kind = o_.momentum > 0 ? (o_.nesterov ? detail::OptimizerKind::sgd_nesterov : detail::OptimizerKind::sgd_momentum)
+                             : detail::OptimizerKind::sgd;
+    u.learning_rate = o_.learning_rate;
+    u.momentum = o_.momentum;
+    return u;
+  }
 
  private:
   SGDOptions o_;
@@ -157,9 +192,77 @@ class Adam : public Optimizer<T> {
       w[i] -= lr * m[i] / (std::sqrt(v[i]) + eps);
     }
   }
+  std::optional<detail::OptimizerUpdate> fused_update() const override {
+    detail::OptimizerUpdate u;
+    u.kind = detail::OptimizerKind::adam;
+    u.learning_rate = o_.learning_rate;
+    u.beta_1 = o_.beta_1;
+    u.beta_2 = o_.beta_2;
+    u.epsilon = o_.epsilon;
+    return u;
+  }
 
  private:
   AdamOptions o_;
+};
+
+/// Options of `AdamW` (Keras' defaults).
+struct AdamWOptions {
+  double learning_rate = 0.001;
+  double weight_decay = 0.004;
+  double beta_1 = 0.9;
+  double beta_2 = 0.999;
+  double epsilon = 1e-7;
+};
+
+/// Adam with decoupled weight decay, as Keras' `AdamW` defines it: first
+/// `w -= w · weight_decay · lr` (the learning rate before bias correction), then Adam's update
+/// of the decayed `w`. Every variable is decayed (Keras' `exclude_from_weight_decay` is not
+/// offered).
+template <class T = float>
+class AdamW : public Optimizer<T> {
+ public:
+  /// \throws InvalidArgumentError for a negative learning rate, weight decay or epsilon, or betas
+  /// outside [0, 1).
+  explicit AdamW(AdamWOptions o = {}) : o_(o) {
+    MIRRORED_ENFORCE(o.learning_rate >= 0 && o.epsilon >= 0 && o.weight_decay >= 0, InvalidArgumentError,
+                     "AdamW: learning_rate, weight_decay and epsilon must be >= 0, got ", o.learning_rate, ", ",
+                     o.weight_decay, " and ", o.epsilon);
+    MIRRORED_ENFORCE(o.beta_1 >= 0 && o.beta_1 < 1 && o.beta_2 >= 0 && o.beta_2 < 1, InvalidArgumentError,
+                     "AdamW: beta_1 and beta_2 must be in [0, 1), got ", o.beta_1, " and ", o.beta_2);
+  }
+  const AdamWOptions& options() const noexcept { return o_; }
+
+ protected:
+  std::vector<std::string> slot_names() const override { return {"m", "v"}; }
+  void update(T* w, const T* g, std::vector<T*>& slots, int64_t n, int64_t step) override {
+    const double t = static_cast<double>(step);
+    const T alpha =
+        static_cast<T>(o_.learning_rate * std::sqrt(1 - std::pow(o_.beta_2, t)) / (1 - std::pow(o_.beta_1, t)));
+    const T lr = static_cast<T>(o_.learning_rate), wd = static_cast<T>(o_.weight_decay);
+    const T b1 = static_cast<T>(1 - o_.beta_1), b2 = static_cast<T>(1 - o_.beta_2), eps = static_cast<T>(o_.epsilon);
+    T* m = slots[0];
+    T* v = slots[1];
+    for (int64_t i = 0; i < n; ++i) {
+      w[i] -= w[i] * wd * lr;
+      m[i] += (g[i] - m[i]) * b1;
+      v[i] += (g[i] * g[i] - v[i]) * b2;
+      w[i] -= alpha * m[i] / (std::sqrt(v[i]) + eps);
+    }
+  }
+  std::optional<detail::OptimizerUpdate> fused_update() const override {
+    detail::OptimizerUpdate u;
+    u.kind = detail::OptimizerKind::adamw;
+    u.learning_rate = o_.learning_rate;
+    u.beta_1 = o_.beta_1;
+    u.beta_2 = o_.beta_2;
+    u.epsilon = o_.epsilon;
+    u.weight_decay = o_.weight_decay;
+    return u;
+  }
+
+ private:
+  AdamWOptions o_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -172,13 +275,15 @@ const typename Optimizer<T>::Slots& Optimizer<T>::slots_for(const Variable<T>& v
     auto it = slots_.find(key);
     if (it != slots_.end()) return it->second;
   }
-  // Created like any variable: in the variable's strategy (once, shared, when inside run).
+  // Created like any variable: in the variable's strategy (once, shared, when inside run), else
+  // on the plain variable's device, beside it.
+  const Device device = home_device(var);
   Slots s;
   for (const auto& slot : slot_names()) {
     VariableOptions o;
     o.name = var.name() + "/" + slot;
     o.trainable = false;
-    s.vars.emplace_back(Tensor<T>::zeros(var.shape()), o);
+    s.vars.emplace_back(Tensor<T>::zeros(var.shape(), device), o);
   }
   std::lock_guard lock(mu_);
   return slots_.emplace(key, std::move(s)).first->second;  // first replica to get here wins
@@ -196,7 +301,8 @@ void Optimizer<T>::build(const std::vector<Variable<T>>& vars) {
   o.name = "iterations";
   o.trainable = false;
   o.aggregation = VariableAggregation::ONLY_FIRST_REPLICA;
-  auto created = std::make_shared<Variable<int64_t>>(int64_t{0}, o);
+  auto created = std::make_shared<Variable<int64_t>>(
+      Tensor<int64_t>::scalar(0, vars.empty() ? cpu0 : home_device(vars.front())), o);
   std::lock_guard lock(mu_);
   if (!iterations_) iterations_ = std::move(created);
 }
@@ -244,7 +350,100 @@ void Optimizer<T>::apply_to_copy(const Variable<T>& var, std::size_t r, const Te
 }
 
 template <class T>
-void Optimizer<T>::apply_gradients(const GradsAndVars<T>& grads_and_vars) {
+void Optimizer<T>::apply_fused(const detail::OptimizerUpdate& u, const std::vector<Variable<T>>& vars,
+                               const std::vector<Tensor<T>>& grads, std::size_t r, Variable<int64_t>& iterations) {
+  // Every copy this step writes is taken out of its variable and updated in place when nobody
+  // else holds it; one that a reader still holds (a value() snapshot) is replaced by an updated
+  // copy on its device (copy-on-write). Whatever was taken goes back if anything throws.
+  struct Taken {
+    detail::VariableState<T>* state;
+    Tensor<T> value;
+  };
+  std::vector<Taken> taken;
+  taken.reserve(vars.size() * (1 + slot_names().size()));
+  struct Restore {
+    std::vector<Taken>& taken;
+    std::size_t r;
+    bool done = false;
+    ~Restore() {
+      if (!done)
+        for (auto& t : taken) t.state->set(r, std::move(t.value));
+    }
+  } restore{taken, r};
+  auto take = [&](const Variable<T>& v) -> Tensor<T>& {
+    auto& state = detail::VariableAccess::state(v);
+    taken.push_back({&state, state.take(r)});
+    Tensor<T>& t = taken.back().value;
+    if (!detail::TensorAccess::unique(t)) t = t.clone();
+    return t;
+  };
+
+  auto& counter = detail::VariableAccess::state(iterations);
+  const Tensor<int64_t> step_in = counter.get(r);
+  const Device step_device = step_in.device();
+  Tensor<int64_t> step_out = Tensor<int64_t>::empty({}, step_device);
+
+  struct Pack {
+    Device device;
+    std::vector<detail::UpdateSegment> segments;
+    std::size_t bytes = 0;
+  };
+  std::vector<Pack> packs;
+  std::vector<Tensor<T>> moved;  // gradients copied to their variable's device
+  const std::size_t limit =
+      communication.bytes_per_pack > 0 ? static_cast<std::size_t>(communication.bytes_per_pack) : SIZE_MAX;
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    const Slots& s = slots_for(vars[i]);
+    Tensor<T>& w = take(vars[i]);
+    detail::UpdateSegment seg;
+    seg.param = w.data();
+    seg.count = w.numel();
+    for (std::size_t k = 0; k < s.vars.size() && k < 2; ++k) {
+      Tensor<T>& slot = take(s.vars[k]);
+      MIRRORED_ENFORCE(slot.device() == w.device(), FailedPreconditionError, "apply_gradients: slot '",
+                       s.vars[k].name(), "' is on ", slot.device().to_string(), " but its variable '", vars[i].name(),
+                       "' is on ", w.device().to_string());
+      seg.slot[k] = slot.data();
+    }
+    if (seg.count == 0) continue;
+    if (grads[i].device() == w.device()) {
+      seg.grad = grads[i].data();
+    } else {
+      moved.push_back(grads[i].to(w.device()));
+      seg.grad = moved.back().data();
+    }
+    if (packs.empty() || packs.back().device != w.device() ||
+        packs.back().segments.size() == static_cast<std::size_t>(detail::kMaxUpdateSegments) ||
+        packs.back().bytes >= limit)
+      packs.push_back({w.device(), {}, 0});
+    packs.back().segments.push_back(seg);
+    packs.back().bytes += w.bytes();
+  }
+  // The last pack on the step counter's device writes the new step; without one, a pass of no
+  // segments does.
+  std::size_t writer = packs.size();
+  for (std::size_t p = 0; p < packs.size(); ++p)
+    if (packs[p].device == step_device) writer = p;
+  if (writer == packs.size()) packs.push_back({step_device, {}, 0});
+  std::vector<std::pair<Device, Tensor<int64_t>>> steps{{step_device, step_in}};
+  for (std::size_t p = 0; p < packs.size(); ++p) {
+    const Pack& pack = packs[p];
+    auto it = std::find_if(steps.begin(), steps.end(), [&](const auto& d) { return d.first == pack.device; });
+    if (it == steps.end()) {
+      steps.emplace_back(pack.device, step_in.to(pack.device));
+      it = steps.end() - 1;
+    }
+    detail::backend_for(pack.device)
+        .apply_optimizer(dtype_of<T>(), u, pack.segments.data(), static_cast<int>(pack.segments.size()),
+                         it->second.data(), p == writer ? step_out.data() : nullptr);
+  }
+  restore.done = true;
+  for (auto& t : taken) t.state->set(r, std::move(t.value));
+  detail::VariableAccess::set_component(iterations, r, std::move(step_out));
+}
+
+template <class T>
+void Optimizer<T>::apply_gradients(const GradsAndVars<T>& grads_and_vars, bool skip_gradients_aggregation) {
   std::vector<Tensor<T>> grads;
   std::vector<Variable<T>> vars;
   for (const auto& [g, v] : grads_and_vars) {
@@ -256,6 +455,17 @@ void Optimizer<T>::apply_gradients(const GradsAndVars<T>& grads_and_vars) {
     vars.push_back(v);
   }
   if (vars.empty()) return;
+  const std::optional<detail::OptimizerUpdate> fused = fused_update();
+  if (fused) {
+    // One pass updates each copy once: a variable listed twice would alias its own segment.
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      for (std::size_t j = 0; j < i; ++j) {
+        MIRRORED_ENFORCE(&detail::VariableAccess::state(vars[i]) != &detail::VariableAccess::state(vars[j]),
+                         InvalidArgumentError, "apply_gradients: variable '", vars[i].name(), "' is listed twice (at ",
+                         j, " and ", i, "); sum its gradients into one entry");
+      }
+    }
+  }
   Strategy* owner = detail::VariableAccess::state(vars[0]).live_strategy("apply_gradients");
   for (const auto& v : vars) {
     MIRRORED_ENFORCE(detail::VariableAccess::state(v).live_strategy("apply_gradients") == owner,
@@ -271,7 +481,9 @@ void Optimizer<T>::apply_gradients(const GradsAndVars<T>& grads_and_vars) {
                      " must be called inside its run (in replica context), where gradients are all-reduced");
     replica = place.replica;
     ReplicaContext* ctx = get_replica_context();
-    if (pack_gradients) {
+    if (skip_gradients_aggregation) {
+      // Reduced already (GradientBuckets, or the caller's own all_reduce).
+    } else if (pack_gradients) {
       grads = ctx->all_reduce(ReduceOp::SUM, grads, communication);
     } else {
       for (auto& g : grads) g = ctx->all_reduce(ReduceOp::SUM, g, communication);
@@ -282,6 +494,10 @@ void Optimizer<T>::apply_gradients(const GradsAndVars<T>& grads_and_vars) {
   {
     std::lock_guard lock(mu_);
     iterations = iterations_;
+  }
+  if (fused) {
+    apply_fused(*fused, vars, grads, r, *iterations);
+    return;
   }
   auto& counter = detail::VariableAccess::state(*iterations);
   const int64_t step = counter.get(r).item() + 1;

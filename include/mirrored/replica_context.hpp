@@ -3,6 +3,8 @@
 /// `ReplicaContext`: what a replica function can do with the other replicas (all-reduce,
 /// all-gather, merge_call).
 
+#include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,6 +17,7 @@
 #include "mirrored/communication_options.hpp"
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/detail/nest.hpp"
+#include "mirrored/pending_collective.hpp"
 #include "mirrored/strategy.hpp"
 
 namespace mirrored {
@@ -30,6 +33,8 @@ struct MergePost {
   Result* result;
 };
 inline int local_replica_index(const ReplicaContext& ctx) noexcept;
+class AsyncRunner;
+enum class CollectiveKind;
 }  // namespace detail
 
 /// The context of one replica inside `Strategy::run` (or the default replica context outside any
@@ -65,6 +70,21 @@ class ReplicaContext {
     return all_reduce(parse_reduce_op(op), value, options);
   }
 
+  /// `all_reduce` that returns at once: the reduction runs beside the replica's computation (CPU
+  /// replicas: on a communication thread of the library, one per replica; GPUs: on the device's
+  /// communication stream, ordered after the work that produced `value` by an event), and
+  /// `PendingCollective::wait()` gives the result, bitwise equal to `all_reduce`'s. Every replica
+  /// issues its asynchronous collectives in the same order as each other and as its synchronous
+  /// ones (a synchronous collective first lets the replica's pending ones start); results may be
+  /// waited for in any order. The deadline (`timeout_seconds`) counts from this call and is
+  /// enforced by the strategy's watchdog even while nobody waits. A tensor of `value` that nothing
+  /// else refers to (moved in, or a temporary) is scratch: it may be reduced in place and returned
+  /// as the result's storage. Mismatches, deadlines and failures of other replicas surface from
+  /// `wait()`; 	hrows (here) InvalidArgumentError for MEAN of integers or bad `options`,
+  /// FailedPreconditionError outside this context's `run`.
+  template <class V>
+  PendingCollective<V> all_reduce_async(ReduceOp op, V value, const CommunicationOptions& options = {});
+
   /// Every replica receives the concatenation of all replicas' `value` along `axis`, in replica
   /// order (sizes along `axis` may differ). Same errors as `all_reduce`, plus
   /// InvalidArgumentError when replicas pass different dtypes or axes (`-1` and `rank - 1` are the
@@ -87,6 +107,7 @@ class ReplicaContext {
 
  private:
   friend class Strategy;
+  friend class detail::AsyncRunner;
   friend int detail::local_replica_index(const ReplicaContext& ctx) noexcept;
   ReplicaContext(Strategy& strategy, int replica_id) : strategy_(&strategy), replica_id_(replica_id) {}
 
@@ -97,6 +118,21 @@ class ReplicaContext {
   void all_reduce_flat(ReduceOp op, const std::vector<detail::UntypedTensor>& in,
                        const std::vector<detail::UntypedTensor>& out, const std::string& structure,
                        const CommunicationOptions& options);
+  // The joined part of every all-reduce, synchronous or not: `join_timeout_s` bounds the wait for
+  // the other replicas (asynchronous calls: the watchdog does), `step_timeout_s` the backend's.
+  void all_reduce_joined(detail::CollectiveKind kind, ReduceOp op, const std::vector<detail::UntypedTensor>& in,
+                         const std::vector<detail::UntypedTensor>& out, const std::string& structure,
+                         int64_t bytes_per_pack, double join_timeout_s, double step_timeout_s);
+  // Issues an asynchronous all-reduce of `in`; `scratch[i]`: nothing but the caller refers to leaf i.
+  std::shared_ptr<detail::AsyncCollective> all_reduce_async_flat(ReduceOp op, std::vector<detail::UntypedTensor> in,
+                                                                 const std::vector<char>& scratch,
+                                                                 std::string structure,
+                                                                 const CommunicationOptions& options);
+  // An asynchronous collective's error that nobody waited for fails this replica's run.
+  void record_async_failure(std::exception_ptr error) noexcept;
+  // Lets this replica's pending asynchronous collectives join their rendezvous and finish before
+  // a synchronous one joins (every replica issues them in the same order).
+  void drain_async() noexcept;
   std::vector<detail::UntypedTensor> all_gather_flat(const detail::UntypedTensor& in, int axis,
                                                      const CommunicationOptions& options);
   // merge_call's rendezvous: `run_merge` is called on replica 0 with every replica's payload,
@@ -136,6 +172,26 @@ V ReplicaContext::all_reduce(ReduceOp op, const V& value, const CommunicationOpt
   all_reduce_flat(op, in, out, structure, options);
   std::size_t i = 0;
   return detail::unflatten<V>(value, out, i);
+}
+
+template <class V>
+PendingCollective<V> ReplicaContext::all_reduce_async(ReduceOp op, V value, const CommunicationOptions& options) {
+  static_assert(detail::is_nest<V>(), "all_reduce_async: values must be tensors, numbers or nests of them");
+  check_active("all_reduce_async");
+  if (op == ReduceOp::MEAN && detail::nest_has_integer_leaf<V>()) {
+    throw InvalidArgumentError(
+        detail::str_cat("all_reduce_async on replica ", replica_id_,
+                        ": MEAN of integer values has no exact integer result; reduce floating-point values instead"));
+  }
+  std::vector<detail::UntypedTensor> in;
+  std::string structure;
+  detail::flatten(value, in, structure);
+  // Held only by `value` (ours) and `in`: nobody else can observe the storage, so it is scratch.
+  // (A tensor that appears twice in the nest is held more often and is never reduced in place.)
+  std::vector<char> scratch(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) scratch[i] = in[i].storage && in[i].storage.use_count() <= 2;
+  auto job = all_reduce_async_flat(op, std::move(in), scratch, std::move(structure), options);
+  return PendingCollective<V>(std::move(job), std::move(value));
 }
 
 template <class T>

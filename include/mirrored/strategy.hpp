@@ -160,7 +160,8 @@ class StrategyExtended {
   friend class Strategy;
   explicit StrategyExtended(Strategy& s) : s_(s) {}
   // Reduces value i (one tensor per local replica, `values[i][r]`, validated by batch_reduce_onto)
-  // into host tensors, in packs (across workers too, waiting at most `timeout_s` for them).
+  // into host tensors (on the first replica's GPU when every value is on GPUs of one chip), in
+  // packs (across workers too, waiting at most `timeout_s` for them).
   std::vector<detail::UntypedTensor> batch_reduce_flat(ReduceOp op,
                                                        const std::vector<std::vector<detail::UntypedTensor>>& values,
                                                        int64_t bytes_per_pack, double timeout_s);

@@ -48,6 +48,8 @@ class Storage {
   DeviceBackend& backend() const noexcept { return *backend_; }
   void* data() const noexcept { return ptr_; }
   std::size_t bytes() const noexcept { return bytes_; }
+  /// True when the memory is not the library's (see the foreign constructor): others may read it.
+  bool foreign() const noexcept { return foreign_; }
 
  private:
   Device device_;

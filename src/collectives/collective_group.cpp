@@ -18,6 +18,7 @@ const char* collective_kind_name(CollectiveKind kind) noexcept {
     case CollectiveKind::merge_call: return "merge_call";
     case CollectiveKind::broadcast: return "broadcast";
     case CollectiveKind::batch_reduce: return "batch_reduce";
+    case CollectiveKind::all_reduce_async: return "all_reduce_async";
   }
   return "collective";
 }
@@ -35,6 +36,7 @@ void CollectiveGroup::begin_run() {
   std::lock_guard lock(mu_);
   arrived_ = 0;
   inside_ = 0;
+  join_failed_.store(false);
   aborted_.store(false, std::memory_order_release);
   abort_reason_.clear();
   join_error_.clear();
@@ -52,9 +54,11 @@ std::string CollectiveGroup::describe_call(int r) const {
 
 void CollectiveGroup::check_same_calls_locked() {
   join_error_.clear();
+  join_failed_.store(false, std::memory_order_relaxed);  // published by the generation's release
   bool same = true;
   for (int r = 1; r < n_; ++r) same &= kinds_[r] == kinds_[0];
   if (same) return;
+  join_failed_.store(true, std::memory_order_relaxed);
   std::string detail;
   for (int r = 0; r < n_; ++r) detail += str_cat(r ? ", " : "", "replica ", r, " called ", describe_call(r));
   join_error_ =
@@ -76,22 +80,20 @@ void CollectiveGroup::fail_locked(const std::string& message) {
 }
 
 void CollectiveGroup::join(int replica, CollectiveKind kind, const void* payload, double timeout_seconds) {
-  {
+  // One lock per join on the way in; the verdict on the call sequence comes with the barrier's
+  // generation (acquired by every waiter), so only a failed join takes the lock again.
+  arrive_and_wait(replica, Phase::join, timeout_seconds, kind, payload);
+  if (join_failed_.load(std::memory_order_relaxed)) {
     std::lock_guard lock(mu_);
-    if (aborted_.load(std::memory_order_relaxed)) throw AbortedError(abort_reason_);
-    ++calls_[replica];
-    kinds_[replica] = kind;
-    payloads_[replica] = payload;
+    fail_locked<FailedPreconditionError>(join_error_);
   }
-  arrive_and_wait(replica, Phase::join, timeout_seconds);
-  std::lock_guard lock(mu_);
-  if (!join_error_.empty()) fail_locked<FailedPreconditionError>(join_error_);
 }
 
 void CollectiveGroup::leave(int /*replica*/) {
-  std::lock_guard lock(mu_);
-  --inside_;
-  if (inside_ == 0 && sleepers_) cv_.notify_all();
+  if (inside_.fetch_sub(1) == 1 && sleepers_.load() > 0) {
+    std::lock_guard lock(mu_);
+    cv_.notify_all();
+  }
 }
 
 void CollectiveGroup::leave_failed(int replica, const std::string& reason) {
@@ -111,9 +113,15 @@ void CollectiveGroup::sync(int replica, double timeout_seconds) {
   arrive_and_wait(replica, Phase::sync, timeout_seconds);
 }
 
-void CollectiveGroup::arrive_and_wait(int replica, Phase phase, double timeout_seconds) {
+void CollectiveGroup::arrive_and_wait(int replica, Phase phase, double timeout_seconds, CollectiveKind kind,
+                                      const void* payload) {
   std::unique_lock lock(mu_);
   if (aborted_.load(std::memory_order_relaxed)) throw AbortedError(abort_reason_);
+  if (phase == Phase::join) {
+    ++calls_[replica];
+    kinds_[replica] = kind;
+    payloads_[replica] = payload;
+  }
   const uint64_t gen = generation_.load(std::memory_order_relaxed);
   arrived_gen_[replica] = gen + 1;
   if (++arrived_ == n_) {
@@ -147,7 +155,7 @@ void CollectiveGroup::arrive_and_wait(int replica, Phase phase, double timeout_s
   bool warned = false;
   ++sleepers_;
   struct Leave {
-    int& sleepers;
+    std::atomic<int>& sleepers;
     ~Leave() { --sleepers; }
   } leave{sleepers_};
   while (generation_.load(std::memory_order_relaxed) == gen) {
@@ -187,6 +195,11 @@ std::string CollectiveGroup::describe_missing() const {
     first = false;
   }
   return out + "]";
+}
+
+std::string CollectiveGroup::missing_replicas() const {
+  std::lock_guard lock(mu_);
+  return describe_missing();
 }
 
 void CollectiveGroup::finish(int replica) {

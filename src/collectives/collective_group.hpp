@@ -15,7 +15,7 @@
 namespace mirrored::detail {
 
 /// The collective calls replicas make; they must make the same ones in the same order.
-enum class CollectiveKind { all_reduce, all_gather, merge_call, broadcast, batch_reduce };
+enum class CollectiveKind { all_reduce, all_gather, merge_call, broadcast, batch_reduce, all_reduce_async };
 
 /// "all_reduce", "merge_call", …
 const char* collective_kind_name(CollectiveKind kind) noexcept;
@@ -67,12 +67,18 @@ class CollectiveGroup {
   /// True once `abort` was called in this run.
   bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
 
+  /// "[1, 3]": the replicas that have not arrived at the barrier now open (for the watchdog's
+  /// messages).
+  std::string missing_replicas() const;
+
   /// Number of collectives replica `r` joined in the current run.
   int64_t calls(int r) const noexcept { return calls_[r]; }
 
  private:
   enum class Phase { join, sync };
-  void arrive_and_wait(int replica, Phase phase, double timeout_seconds);
+  // `kind` and `payload`: what a join posts (with the arrival, under the same lock).
+  void arrive_and_wait(int replica, Phase phase, double timeout_seconds,
+                       CollectiveKind kind = CollectiveKind::all_reduce, const void* payload = nullptr);
   template <class E>
   [[noreturn]] void fail_locked(const std::string& message);
   std::string describe_missing() const;
@@ -86,10 +92,16 @@ class CollectiveGroup {
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> aborted_{false};
   int arrived_ = 0;
-  int sleepers_ = 0;
-  int inside_ = 0;  // replicas between a successful join and leaving
+  // Atomic so that `leave` (once per collective and replica) needs the lock only when someone
+  // sleeps: a leaver decrements `inside_` then reads `sleepers_`, a sleeper increments `sleepers_`
+  // then reads `inside_` (both sequentially consistent), so one of them sees the other.
+  std::atomic<int> sleepers_{0};
+  std::atomic<int> inside_{0};  // replicas between a successful join and leaving
   std::string abort_reason_;
-  std::string join_error_;             // set by the last arriver when calls disagree
+  std::string join_error_;  // set by the last arriver when calls disagree
+  // join_error_ is not empty; published with the barrier's generation, so a joiner reads it
+  // without the lock.
+  std::atomic<bool> join_failed_{false};
   std::vector<uint64_t> arrived_gen_;  // generation + 1 at which each replica last arrived
   std::vector<char> finished_;
   std::vector<int64_t> calls_;

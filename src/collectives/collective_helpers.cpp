@@ -1,5 +1,7 @@
 #include "collectives/collective_helpers.hpp"
 
+#include <memory>
+
 #include "gpu/logical_gpus.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"
@@ -15,8 +17,14 @@ void sum_parts_on(const std::vector<const UntypedTensor*>& parts, const UntypedT
   ptrs.reserve(parts.size());
   for (const UntypedTensor* t : parts) {
     if (same_memory(t->device(), device)) {
-      // Work that produced it is ordered on its own device's stream.
-      if (!same_backend(t->device(), device)) backend_for(t->device()).synchronize();
+      // Work that produced it is ordered on its own device's stream: the sum waits for it there,
+      // the host does not.
+      if (!same_backend(t->device(), device)) {
+        DeviceBackend& producer = backend_for(t->device());
+        const std::unique_ptr<DeviceEvent> produced = producer.create_event();
+        producer.record_event(*produced);
+        backend_for(device).wait_event(*produced);
+      }
       ptrs.push_back(t->data());
     } else {
       staged.push_back(make_untyped(t->dtype, t->shape, device));
@@ -28,7 +36,13 @@ void sum_parts_on(const std::vector<const UntypedTensor*>& parts, const UntypedT
   const UntypedTensor target = out_here ? out : make_untyped(out.dtype, out.shape, device);
   auto& be = backend_for(device);
   be.sum_n_mean(out.dtype, ptrs.data(), static_cast<int>(ptrs.size()), target.data(), out.numel, mean_divisor);
-  be.synchronize();
+  // Parts read in place from another logical GPU are still being read when this returns: their
+  // blocks are handed out again only after the sum (their owners may free them at once).
+  for (const UntypedTensor* t : parts)
+    if (same_memory(t->device(), device) && !same_backend(t->device(), device))
+      backend_for(t->device()).record_stream_use(t->data(), be);
+  // An output on `device` is ordered on its stream (readers elsewhere synchronize it first, as
+  // copy_between does); one elsewhere is copied there, which waits for the sum.
   if (!out_here) copy_between(out.data(), out.device(), target.data(), device, out.bytes());
 }
 
@@ -97,13 +111,15 @@ void concat_into(const std::vector<const UntypedTensor*>& parts, int axis, const
   for (std::size_t d = axis + 1; d < out.shape.size(); ++d) inner *= out.shape[d];
   const int64_t out_row = out.shape[axis] * inner;
   auto* dst = static_cast<unsigned char*>(out.data());
-  DeviceBackend* strided = nullptr;  // set once a part was copied with copy_rows_within
+  DeviceBackend* strided = nullptr;  // set once a part was copied on the output's stream
   int64_t offset = 0;
   for (const UntypedTensor* p : parts) {
     const int64_t row = p->shape[axis] * inner;
     if (row == 0) continue;
     if (outer == 1) {
       copy_between(dst + offset * static_cast<int64_t>(elem), out.device(), p->data(), p->device(), p->bytes());
+      // A copy within the device is ordered on its stream: waited for below, like the strided ones.
+      if (same_backend(p->device(), out.device())) strided = &backend_for(out.device());
     } else {
       // One strided copy per part on the output's device (a part from elsewhere is brought there
       // first), instead of one copy per outer index.

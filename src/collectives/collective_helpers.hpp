@@ -13,7 +13,10 @@ namespace mirrored::detail {
 
 /// Sums `parts` in the given order on `device` into `out` (which may alias a part; it may live on
 /// another device), dividing by `mean_divisor` when it is > 0. Parts on other devices are staged
-/// onto `device` unless its kernels can read them directly (same_memory). Complete on return.
+/// onto `device` unless its kernels can read them directly (same_memory: the sum then waits for
+/// their streams on the device, not on the host). An `out` on `device` is written in the order of
+/// its stream (synchronize before reading it from the host or another stream); one elsewhere is
+/// complete on return.
 void sum_parts_on(const std::vector<const UntypedTensor*>& parts, const UntypedTensor& out, const Device& device,
                   int64_t mean_divisor);
 

@@ -187,7 +187,8 @@ void CudaMemoryPolicy::synchronize_stream(Stream s) noexcept {
 // ---------------------------------------------------------------------------------------------
 // Events.
 
-CudaEvent::CudaEvent(const Device& logical, int physical) : logical_(logical), physical_(physical) {
+CudaEvent::CudaEvent(const Device& logical, int physical, DeviceBackend* counts)
+    : logical_(logical), physical_(physical), counts_(counts) {
   CudaDeviceGuard guard(physical_, logical_);
   const cudaError_t err = cudaEventCreateWithFlags(&event_, cudaEventDisableTiming);
   if (err != cudaSuccess) throw_cuda_error(err, "cudaEventCreateWithFlags", logical_, physical_);
@@ -206,6 +207,7 @@ bool CudaEvent::query() const {
 }
 
 void CudaEvent::synchronize(double timeout_s) const {
+  if (counts_) counts_->count_host_sync();
   poll_until([&] { return cudaEventQuery(event_); }, deadline_after(timeout_s), timeout_s,
              "cudaEventQuery (event synchronize)", logical_, physical_);
 }
@@ -272,8 +274,8 @@ CudaBackend::CudaBackend(const Device& logical, int physical)
   CudaDeviceGuard guard(physical_, logical_);
   check(cudaStreamCreateWithFlags(&main_.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   try {
-    ready_event_ = std::make_unique<CudaEvent>(logical_, physical_);
-    done_event_ = std::make_unique<CudaEvent>(logical_, physical_);
+    ready_event_ = std::make_unique<CudaEvent>(logical_, physical_, this);
+    done_event_ = std::make_unique<CudaEvent>(logical_, physical_, this);
   } catch (...) {
     if (cudaStreamDestroy(main_.stream) != cudaSuccess) (void)cudaGetLastError();
     throw;
@@ -315,17 +317,23 @@ CudaBackend::Lane& CudaBackend::lane_for_call() {
 }
 
 void CudaBackend::wait_lane(const Lane& lane, const char* what) {
+  count_host_sync();
   const double timeout_s = default_synchronize_timeout_s();
   wait_cuda_stream(lane.stream, deadline_after(timeout_s), timeout_s, what, logical_, physical_);
 }
 
 void CudaBackend::synchronize_for(double timeout_s) {
   CudaDeviceGuard guard(physical_, logical_);
-  wait_cuda_stream(lane_for_call().stream, deadline_after(timeout_s), timeout_s, "synchronize (cudaStreamQuery)",
-                   logical_, physical_);
+  count_host_sync();
+  Lane& lane = lane_for_call();
+  wait_cuda_stream(lane.stream, deadline_after(timeout_s), timeout_s, "synchronize (cudaStreamQuery)", logical_,
+                   physical_);
+  raise_division_by_zero(lane);
 }
 
-std::unique_ptr<DeviceEvent> CudaBackend::create_event() { return std::make_unique<CudaEvent>(logical_, physical_); }
+std::unique_ptr<DeviceEvent> CudaBackend::create_event() {
+  return std::make_unique<CudaEvent>(logical_, physical_, this);
+}
 
 void CudaBackend::record_event(DeviceEvent& event) {
   auto* e = dynamic_cast<CudaEvent*>(&event);
@@ -438,6 +446,7 @@ void CudaBackend::stage_to_device_locked(Lane& lane, void* dst, const void* src,
 void CudaBackend::copy_from_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   CudaDeviceGuard guard(physical_, logical_);
+  count_host_to_device(bytes);
   Lane& lane = lane_for_call();
   if (bytes >= kDirectCopyMin && is_pinned(src)) {
     // Already page-locked: one DMA, finished before the caller may reuse `src`.
@@ -453,6 +462,7 @@ void CudaBackend::copy_from_host(void* dst, const void* src, std::size_t bytes) 
 void CudaBackend::prefetch_from_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   CudaDeviceGuard guard(physical_, logical_);
+  count_host_to_device(bytes);
   Lane& main = lane_for_call();
   Lane& prefetch = lazy_lane(prefetch_, prefetch_owner_, &prefetch_order_);
   std::lock_guard lock(prefetch.mu);
@@ -473,6 +483,7 @@ void CudaBackend::prefetch_from_host(void* dst, const void* src, std::size_t byt
 void CudaBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   CudaDeviceGuard guard(physical_, logical_);
+  count_device_to_host(bytes);
   Lane& lane = lane_for_call();
   if (bytes >= kDirectCopyMin && is_pinned(dst)) {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, lane.stream), "cudaMemcpyAsync");

@@ -74,8 +74,8 @@ struct CudaMemoryPolicy {
 /// A DeviceEvent of a CUDA device (cudaEvent_t without timing).
 class CudaEvent final : public DeviceEvent {
  public:
-  /// \throws like throw_cuda_error.
-  CudaEvent(const Device& logical, int physical);
+  /// \throws like throw_cuda_error. `counts` (when given) counts each host wait.
+  CudaEvent(const Device& logical, int physical, DeviceBackend* counts = nullptr);
   ~CudaEvent() override;
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
@@ -87,6 +87,7 @@ class CudaEvent final : public DeviceEvent {
  private:
   Device logical_;
   int physical_;
+  DeviceBackend* counts_;
   cudaEvent_t event_ = nullptr;
 };
 
@@ -124,7 +125,11 @@ class CudaBackend final : public GpuBackend {
   void sum_axis(DType dtype, const void* in, int64_t outer, int64_t length, int64_t inner, void* out) override;
   void divide(DType dtype, void* inout, int64_t count, int64_t divisor) override;
   void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, int64_t count) override;
-  /// Polls the calling thread's stream (cudaStreamQuery) up to the deadline.
+  /// One kernel launch; the segments travel as its argument and the step is read on the device.
+  void apply_optimizer(DType dtype, const OptimizerUpdate& u, const UpdateSegment* segments, int num_segments,
+                       const int64_t* step_in, int64_t* step_out) override;
+  /// Polls the calling thread's stream (cudaStreamQuery) up to the deadline; then raises an
+  /// integer division by zero that a kernel on that stream found (InvalidArgumentError).
   void synchronize_for(double timeout_s) override;
 
   std::unique_ptr<DeviceEvent> create_event() override;
@@ -170,6 +175,13 @@ class CudaBackend final : public GpuBackend {
     Slot slots[kSlots];
     int slot = 0;          // the slot host-to-device copies are filling
     std::size_t used = 0;  // bytes of it already used
+    // Integer division by zero, found without a host wait: the kernels lower `div_flag` (device
+    // memory, UINT64_MAX while none was found) to the smallest such index, a copy after each
+    // division lands it in `div_flag_host` (pinned) in stream order, and synchronize_for reads it
+    // once the stream has finished. Made together on the first division (under `mu`).
+    unsigned long long* div_flag = nullptr;
+    unsigned long long* div_flag_host = nullptr;
+    bool div_pending = false;  // a division ran since the last check
   };
   Lane& lane_for_call();
   /// A lane made on first use: its stream (and, for prefetch, `order`) exist before it is published.
@@ -181,6 +193,9 @@ class CudaBackend final : public GpuBackend {
   void stage_to_device_locked(Lane& lane, void* dst, const void* src, std::size_t bytes);
   /// Waits for `lane`'s stream with the default deadline.
   void wait_lane(const Lane& lane, const char* what);
+  /// After `lane`'s stream finished: throws the integer division by zero its kernels found since
+  /// the last check (and clears it).
+  void raise_division_by_zero(Lane& lane);
   bool is_pinned(const void* p) const;
 
   Device logical_;
@@ -193,10 +208,6 @@ class CudaBackend final : public GpuBackend {
   std::unique_ptr<Lane> communication_owner_, prefetch_owner_;
   std::atomic<Lane*> communication_{nullptr}, prefetch_{nullptr};
   cudaEvent_t prefetch_order_ = nullptr;  // "work so far", waited for by the prefetch lane (made with it)
-
-  std::mutex div_mu_;
-  unsigned long long* div_flag_ = nullptr;       // device: smallest index of an integer division by zero
-  unsigned long long* div_flag_host_ = nullptr;  // pinned; set together with div_flag_
 };
 
 /// The backend of logical GPU `index` (created on first use). \throws NotFoundError when there

@@ -6,6 +6,7 @@
 #include "cuda/cuda_backend.hpp"
 #include "cuda/kernels.hpp"
 #include "mirrored/errors.hpp"
+#include "tensor/host_optimizer.hpp"
 
 namespace mirrored::detail {
 
@@ -26,9 +27,10 @@ void CudaBackend::binary(BinaryOp op, DType dtype, const void* a, bool a_scalar,
           "binary kernel launch");
     return;
   }
-  // Integer division: the kernel records the first zero divisor; raise it like the host does.
-  std::lock_guard lock(div_mu_);
-  if (!div_flag_) {
+  // Integer division: the kernel records the first zero divisor on the device; the next
+  // synchronize of this stream raises it (no host wait here).
+  std::lock_guard lock(lane.mu);
+  if (!lane.div_flag) {
     // Both buffers or neither: made into locals and published together.
     void* d = nullptr;
     void* h = nullptr;
@@ -40,19 +42,36 @@ void CudaBackend::binary(BinaryOp op, DType dtype, const void* a, bool a_scalar,
       if (d && cudaFree(d) != cudaSuccess) (void)cudaGetLastError();
       check(got_host, got_device != cudaSuccess ? "cudaMalloc" : "cudaHostAlloc");
     }
-    div_flag_host_ = static_cast<unsigned long long*>(h);
-    div_flag_ = static_cast<unsigned long long*>(d);
+    *static_cast<unsigned long long*>(h) = std::numeric_limits<unsigned long long>::max();
+    // In stream order, before any division of this lane.
+    const cudaError_t reset = cudaMemsetAsync(d, 0xFF, sizeof(unsigned long long), lane.stream);
+    if (reset != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (cudaFree(d) != cudaSuccess) (void)cudaGetLastError();
+      if (cudaFreeHost(h) != cudaSuccess) (void)cudaGetLastError();
+      check(reset, "cudaMemsetAsync");
+    }
+    lane.div_flag_host = static_cast<unsigned long long*>(h);
+    lane.div_flag = static_cast<unsigned long long*>(d);
   }
-  // Reset on this call's stream, so no state carries over from a call on another stream.
-  check(cudaMemsetAsync(div_flag_, 0xFF, sizeof(unsigned long long), lane.stream), "cudaMemsetAsync");
-  check(cuda_kernels::binary(kop, dtype, a, a_scalar, b, b_scalar, out, count, div_flag_, lane.stream),
+  check(cuda_kernels::binary(kop, dtype, a, a_scalar, b, b_scalar, out, count, lane.div_flag, lane.stream),
         "div kernel launch");
-  check(cudaMemcpyAsync(div_flag_host_, div_flag_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, lane.stream),
+  check(cudaMemcpyAsync(lane.div_flag_host, lane.div_flag, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                        lane.stream),
         "cudaMemcpyAsync");
-  wait_lane(lane, "div (cudaStreamQuery)");
-  const unsigned long long at = *div_flag_host_;
-  if (at != std::numeric_limits<unsigned long long>::max())
-    throw InvalidArgumentError(str_cat("div: integer division by zero at element ", at));
+  count_device_to_host(sizeof(unsigned long long));
+  lane.div_pending = true;
+}
+
+void CudaBackend::raise_division_by_zero(Lane& lane) {
+  std::lock_guard lock(lane.mu);
+  if (!lane.div_pending) return;
+  lane.div_pending = false;
+  const unsigned long long at = *lane.div_flag_host;  // the stream has finished: final
+  if (at == std::numeric_limits<unsigned long long>::max()) return;
+  *lane.div_flag_host = std::numeric_limits<unsigned long long>::max();
+  check(cudaMemsetAsync(lane.div_flag, 0xFF, sizeof(unsigned long long), lane.stream), "cudaMemsetAsync");
+  throw InvalidArgumentError(str_cat("div: integer division by zero at element ", at));
 }
 
 void CudaBackend::sum_n(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count) {
@@ -102,6 +121,28 @@ void CudaBackend::cast(DType src_dtype, const void* src, DType dst_dtype, void* 
   if (count <= 0) return;
   CudaDeviceGuard guard(physical_, logical_);
   check(cuda_kernels::cast(src_dtype, src, dst_dtype, dst, count, lane_for_call().stream), "cast kernel launch");
+}
+
+static_assert(cuda_kernels::kMaxOptimizerSegments == kMaxUpdateSegments);
+
+void CudaBackend::apply_optimizer(DType dtype, const OptimizerUpdate& u, const UpdateSegment* segments,
+                                  int num_segments, const int64_t* step_in, int64_t* step_out) {
+  const std::string where = logical_.short_name();
+  check_optimizer_arguments(where.c_str(), dtype, u, num_segments, step_in);
+  cuda_kernels::OptimizerScalars h{
+      static_cast<int>(u.kind), u.learning_rate, u.momentum, u.beta_1, u.beta_2, u.epsilon, u.weight_decay};
+  cuda_kernels::OptimizerSegments s{};
+  s.count = num_segments;
+  for (int j = 0; j < num_segments; ++j) {
+    s.param[j] = segments[j].param;
+    s.grad[j] = segments[j].grad;
+    s.slot0[j] = segments[j].slot[0];
+    s.slot1[j] = segments[j].slot[1];
+    s.offset[j + 1] = s.offset[j] + segments[j].count;
+  }
+  CudaDeviceGuard guard(physical_, logical_);
+  check(cuda_kernels::apply_optimizer(dtype, h, s, step_in, step_out, lane_for_call().stream),
+        "apply_optimizer kernel launch");
 }
 
 }  // namespace mirrored::detail

@@ -230,6 +230,70 @@ __global__ void all_reduce_fused_kernel(FusedPointers<T> p, int k, int64_t n, in
   }
 }
 
+// The fused optimizer update (the host's formulas, src/tensor/host_optimizer.cpp). nvcc contracts
+// the multiply-adds here, so results may differ from the host's in the last bits.
+template <class T>
+__global__ void apply_optimizer_kernel(OptimizerScalars h, OptimizerSegments s, const int64_t* step_in,
+                                       int64_t* step_out) {
+  const int64_t step = *step_in + 1;
+  if (step_out && blockIdx.x == 0 && threadIdx.x == 0) *step_out = step;
+  const T lr = static_cast<T>(h.learning_rate), mom = static_cast<T>(h.momentum);
+  T alpha = 0, b1 = 0, b2 = 0, eps = 0, wd = 0;
+  if (h.kind >= 3) {  // adam, adamw
+    const double t = static_cast<double>(step);
+    alpha = static_cast<T>(h.learning_rate * sqrt(1 - pow(h.beta_2, t)) / (1 - pow(h.beta_1, t)));
+    b1 = static_cast<T>(1 - h.beta_1);
+    b2 = static_cast<T>(1 - h.beta_2);
+    eps = static_cast<T>(h.epsilon);
+    wd = static_cast<T>(h.weight_decay);
+  }
+  const int64_t total = s.offset[s.count];
+  for (int64_t i = first_index(); i < total; i += grid_stride()) {
+    int lo = 0, hi = s.count - 1;  // the segment holding i: offset[lo] <= i < offset[lo + 1]
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (s.offset[mid] <= i)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const int64_t e = i - s.offset[lo];
+    T* w = static_cast<T*>(s.param[lo]);
+    const T g = static_cast<const T*>(s.grad[lo])[e];
+    switch (h.kind) {
+      case 0:  // sgd
+        w[e] -= lr * g;
+        break;
+      case 1: {  // sgd_momentum
+        T* v = static_cast<T*>(s.slot0[lo]);
+        const T nv = mom * v[e] - lr * g;
+        v[e] = nv;
+        w[e] += nv;
+        break;
+      }
+      case 2: {  // sgd_nesterov
+        T* v = static_cast<T*>(s.slot0[lo]);
+        const T nv = mom * v[e] - lr * g;
+        v[e] = nv;
+        w[e] += mom * nv - lr * g;
+        break;
+      }
+      default: {  // adam, adamw
+        T* m = static_cast<T*>(s.slot0[lo]);
+        T* v = static_cast<T*>(s.slot1[lo]);
+        T x = w[e];
+        if (h.kind == 4) x = x - x * wd * lr;
+        const T nm = m[e] + (g - m[e]) * b1;
+        const T nv = v[e] + (g * g - v[e]) * b2;
+        m[e] = nm;
+        v[e] = nv;
+        w[e] = x - alpha * nm / (sqrt(nv) + eps);
+        break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 cudaError_t fill(DType dtype, void* dst, int64_t n, const void* value, cudaStream_t stream) {
@@ -339,6 +403,23 @@ cudaError_t all_reduce_fused(DType dtype, const void* const* in, void* const* ou
     all_reduce_fused_kernel<T><<<blocks_for(n - done), kThreads, 0, stream>>>(p, k, n - done, mean_divisor);
     return cudaGetLastError();
   });
+}
+
+cudaError_t apply_optimizer(DType dtype, const OptimizerScalars& h, const OptimizerSegments& segments,
+                            const int64_t* step_in, int64_t* step_out, cudaStream_t stream) {
+  if (segments.count < 0 || segments.count > kMaxOptimizerSegments || h.kind < 0 || h.kind > 4)
+    return cudaErrorInvalidValue;
+  const unsigned g = blocks_for(segments.offset[segments.count]);
+  switch (dtype) {
+    case DType::float32:
+      apply_optimizer_kernel<float><<<g, kThreads, 0, stream>>>(h, segments, step_in, step_out);
+      break;
+    case DType::float64:
+      apply_optimizer_kernel<double><<<g, kThreads, 0, stream>>>(h, segments, step_in, step_out);
+      break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
 }
 
 }  // namespace mirrored::detail::cuda_kernels

@@ -171,13 +171,21 @@ void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::Unty
   const double t = timeout(options);
   MIRRORED_ENFORCE(options.bytes_per_pack >= 0, InvalidArgumentError,
                    "CommunicationOptions::bytes_per_pack must be >= 0, got ", options.bytes_per_pack);
-  const CollectiveStep::Buffers mine{&in, &out, &structure, op, 0, options.bytes_per_pack};
+  drain_async();
+  all_reduce_joined(detail::CollectiveKind::all_reduce, op, in, out, structure, options.bytes_per_pack, t, t);
+}
+
+void ReplicaContext::all_reduce_joined(detail::CollectiveKind kind, ReduceOp op,
+                                       const std::vector<detail::UntypedTensor>& in,
+                                       const std::vector<detail::UntypedTensor>& out, const std::string& structure,
+                                       int64_t bytes_per_pack, double join_timeout_s, double step_timeout_s) {
+  const CollectiveStep::Buffers mine{&in, &out, &structure, op, 0, bytes_per_pack};
   CrossDeviceOps& ops = *strategy_->cross_device_ops_;
   detail::WorkerStage* workers = strategy_->rt_->workers.get();
   const int n = strategy_->rt_->group.size();  // this process's replicas
   if (n == 1) {
-    CollectiveStep solo(mine, t);
-    solo.set_bytes_per_pack(options.bytes_per_pack);
+    CollectiveStep solo(mine, step_timeout_s);
+    solo.set_bytes_per_pack(bytes_per_pack);
     if (workers)
       workers->all_reduce(op, ops, solo, nullptr);
     else
@@ -185,11 +193,11 @@ void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::Unty
     return;
   }
   auto& group = strategy_->rt_->group;
-  join_traced(group, replica_id_, detail::CollectiveKind::all_reduce, &mine, t);
+  join_traced(group, replica_id_, kind, &mine, join_timeout_s);
   inside_collective(group, replica_id_, [&] {
     validate_all_reduce(n, group);
-    CollectiveStep step(group, replica_id_, t);
-    step.set_bytes_per_pack(options.bytes_per_pack);
+    CollectiveStep step(group, replica_id_, step_timeout_s);
+    step.set_bytes_per_pack(bytes_per_pack);
     if (workers)
       workers->all_reduce(op, ops, step, &group);
     else
@@ -207,6 +215,7 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
     trace.arg("axis", axis);
   }
   const double t = timeout(options);
+  drain_async();
   const std::vector<detail::UntypedTensor> ins{in};
   std::vector<detail::UntypedTensor> outs;
   outs.reserve(1);
@@ -251,6 +260,7 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
 void ReplicaContext::merge_flat(const void* payload, const std::type_info& signature, MergeFn run_merge,
                                 void* merge_ctx, TakeFn take, void* take_ctx) {
   detail::timeline::Scope trace("merge_call", "collective");
+  drain_async();
   const int n = strategy_->rt_->group.size();  // this process's replicas (merge_fn runs per worker)
   if (n == 1) {
     {

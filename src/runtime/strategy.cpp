@@ -192,6 +192,14 @@ void Strategy::execute(Body body, void* ctx) {
     } catch (...) {
       self->record_failure(r, std::current_exception());
     }
+    // Nothing the replica issued outlives its part of the run (after a failure, the abort above
+    // ends it quickly), and the group sees it finish only after its last collective.
+    self->rt_->async.drain(r);
+    // A collective that failed after the replica stopped looking (one kept past its function and
+    // never waited for) fails the run, as a synchronous one would have.
+    for (const auto& job : self->rt_->async.take_failed(r)) {
+      if (!job->waited) self->record_failure(r, job->error);
+    }
     ts.replica = saved;
     self->rt_->group.finish(r);
   };

@@ -1,5 +1,6 @@
 // StrategyExtended's compiled parts: cross-replica reductions onto destinations, packed.
 #include "collectives/packing.hpp"
+#include "gpu/logical_gpus.hpp"
 #include "mirrored/strategy.hpp"
 #include "runtime/strategy_runtime.hpp"
 #include "util/timeline.hpp"
@@ -26,6 +27,18 @@ void check_batch(const char* method, const std::vector<std::vector<detail::Untyp
                        " passed shape ", detail::format_shape(values[i][r].shape), which);
     }
   }
+}
+
+// Where batch_reduce_flat reduces: on the first replica's GPU when every value lives on GPUs of
+// one chip (logical GPUs read each other's memory, so nothing has to cross to the host), else in
+// host memory.
+Device reduction_home(const std::vector<std::vector<detail::UntypedTensor>>& values) {
+  const Device first = values[0][0].device();
+  if (first.is_host()) return cpu0;
+  for (const auto& v : values)
+    for (const auto& t : v)
+      if (!detail::same_memory(t.device(), first)) return cpu0;
+  return first;
 }
 
 }  // namespace
@@ -74,7 +87,7 @@ std::vector<std::vector<detail::UntypedTensor>> StrategyExtended::batch_reduce_t
   if (onto_replicas && !workers) {
     if (s_.cross_device_ops_->batch_all_reduce(op, values, worker_devices(), out, timeout_s)) return out;
   }
-  // Into host memory, then a copy per destination device (host memory is shared by CPU:0).
+  // Into host memory (or one chip's memory), then a copy per destination device.
   const auto reduced = batch_reduce_flat(op, values, options.bytes_per_pack, timeout_s);
   for (std::size_t i = 0; i < values.size(); ++i) {
     for (const Device& d : destinations[i]) {
@@ -99,6 +112,7 @@ std::vector<detail::UntypedTensor> StrategyExtended::batch_reduce_flat(
   // sums (packed the same way), and MEAN divides by every worker's replicas.
   detail::WorkerStage* workers = s_.rt_->workers.get();
   const ReduceOp local_op = workers ? ReduceOp::SUM : op;
+  const Device home = workers ? cpu0 : reduction_home(values);  // workers sum host buffers
   std::vector<detail::UntypedTensor> pack_results;
   // Plan on replica 0's tensors; every replica's tensors have the same shapes and dtypes.
   std::vector<detail::UntypedTensor> firsts;
@@ -106,7 +120,7 @@ std::vector<detail::UntypedTensor> StrategyExtended::batch_reduce_flat(
   for (const auto& pack : detail::plan_packs(firsts, bytes_per_pack)) {
     if (pack.size() == 1) {
       const std::size_t i = pack[0];
-      out[i] = detail::make_untyped(values[i][0].dtype, values[i][0].shape, cpu0);
+      out[i] = detail::make_untyped(values[i][0].dtype, values[i][0].shape, home);
       s_.cross_device_ops_->reduce(local_op, values[i], out[i]);
       pack_results.push_back(out[i]);
       continue;
@@ -117,16 +131,16 @@ std::vector<detail::UntypedTensor> StrategyExtended::batch_reduce_flat(
     for (std::size_t i : pack) total += values[i][0].numel;
     std::vector<detail::UntypedTensor> packed(n);
     for (std::size_t r = 0; r < n; ++r) {
-      packed[r] = detail::make_untyped(dtype, {total}, cpu0);
+      packed[r] = detail::make_untyped(dtype, {total}, home);
       std::size_t offset = 0;
       for (std::size_t i : pack) {
         const auto& t = values[i][r];
-        detail::copy_between(static_cast<unsigned char*>(packed[r].data()) + offset, cpu0, t.data(), t.device(),
+        detail::copy_between(static_cast<unsigned char*>(packed[r].data()) + offset, home, t.data(), t.device(),
                              t.bytes());
         offset += t.bytes();
       }
     }
-    detail::UntypedTensor result = detail::make_untyped(dtype, {total}, cpu0);
+    detail::UntypedTensor result = detail::make_untyped(dtype, {total}, home);
     s_.cross_device_ops_->reduce(local_op, packed, result);
     if (workers) {
       std::vector<detail::UntypedTensor> one{result};
@@ -137,8 +151,8 @@ std::vector<detail::UntypedTensor> StrategyExtended::batch_reduce_flat(
     }
     std::size_t offset = 0;
     for (std::size_t i : pack) {
-      out[i] = detail::make_untyped(dtype, values[i][0].shape, cpu0);
-      detail::copy_between(out[i].data(), cpu0, static_cast<unsigned char*>(result.data()) + offset, cpu0,
+      out[i] = detail::make_untyped(dtype, values[i][0].shape, home);
+      detail::copy_between(out[i].data(), home, static_cast<unsigned char*>(result.data()) + offset, home,
                            out[i].bytes());
       offset += out[i].bytes();
     }

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "collectives/collective_group.hpp"
+#include "runtime/async_collectives.hpp"
 #include "runtime/replica_pool.hpp"
 #include "runtime/worker_stage.hpp"
 
@@ -15,11 +16,12 @@ namespace mirrored::detail {
 
 struct StrategyRuntime {
   StrategyRuntime(int num_replicas, double collective_timeout_s, double stall_warn_s)
-      : collective_timeout_s(collective_timeout_s), group(num_replicas, stall_warn_s) {}
+      : collective_timeout_s(collective_timeout_s), group(num_replicas, stall_warn_s), async(num_replicas) {}
 
   // Written by set_collective_timeout_seconds while replica threads may read it.
   std::atomic<double> collective_timeout_s;
   CollectiveGroup group;
+  AsyncCollectives async;                // after `group`: its threads (which use the group) stop first
   std::unique_ptr<ReplicaPool> pool;     // none for the default strategy, which runs inline
   std::shared_ptr<WorkerStage> workers;  // set by multi-worker strategies only
   std::mutex run_mu;                     // one run at a time

@@ -77,9 +77,9 @@ void copy_between(void* dst, const Device& dst_device, const void* src, const De
     return;
   }
   if (same_backend(dst_device, src_device)) {
-    auto& be = backend_for(dst_device);
-    be.copy_within(dst, src, bytes);
-    be.synchronize();
+    // Ordered on the device's stream like a kernel: whoever uses `dst` there comes after it, and
+    // a host read synchronizes first anyway, so the host need not wait here.
+    backend_for(dst_device).copy_within(dst, src, bytes);
     return;
   }
   if (dst_device.is_host()) {
@@ -117,3 +117,9 @@ void prefetch_between(void* dst, const Device& dst_device, const void* src, cons
 }
 
 }  // namespace mirrored::detail
+
+namespace mirrored {
+
+TransferCounts transfer_counts(const Device& device) { return detail::backend_for(device).transfer_counts(); }
+
+}  // namespace mirrored

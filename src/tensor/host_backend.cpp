@@ -9,6 +9,7 @@
 #include "mirrored/errors.hpp"
 #include "tensor/host_allocator.hpp"
 #include "tensor/host_backend.hpp"
+#include "tensor/host_optimizer.hpp"
 
 namespace mirrored::detail {
 namespace {
@@ -183,6 +184,13 @@ class HostBackend final : public DeviceBackend {
         for (int64_t i = 0; i < count; ++i) out[i] = static_cast<D>(in[i]);
       });
     });
+  }
+
+  // Each replica thread updates its own copies here: a mirrored variable has one copy per
+  // replica, so N replicas already split the work N ways without any barrier.
+  void apply_optimizer(DType dtype, const OptimizerUpdate& u, const UpdateSegment* segments, int num_segments,
+                       const int64_t* step_in, int64_t* step_out) override {
+    host_apply_optimizer(dtype, u, segments, num_segments, step_in, step_out);
   }
 
   void synchronize_for(double) override {}

@@ -4,6 +4,7 @@
 /// of one device and the kernels that run there; the host backend serves every `CPU:k`, and a GPU
 /// backend registers itself per GPU (so a GPU replica is a new backend, not a rewrite).
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -15,6 +16,42 @@ namespace mirrored::detail {
 
 /// Element-wise binary operations of the Tensor operators.
 enum class BinaryOp { add, sub, mul, div };
+
+/// The optimizers `DeviceBackend::apply_optimizer` updates (Keras' formulas, see optimizers.hpp).
+enum class OptimizerKind : unsigned char {
+  sgd,           ///< `w -= lr * g`
+  sgd_momentum,  ///< `v = momentum * v - lr * g; w += v` (slot 0: v)
+  sgd_nesterov,  ///< `v = momentum * v - lr * g; w += momentum * v - lr * g` (slot 0: v)
+  adam,          ///< slots m, v; bias-corrected learning rate from the step
+  adamw,         ///< `w -= w * weight_decay * lr`, then Adam
+};
+
+/// The hyperparameters of a fused optimizer update, in double as the user gave them; a backend
+/// converts them to the variable's type exactly as the per-variable update does.
+struct OptimizerUpdate {
+  OptimizerKind kind = OptimizerKind::sgd;
+  double learning_rate = 0;
+  double momentum = 0;
+  double beta_1 = 0;
+  double beta_2 = 0;
+  double epsilon = 0;
+  double weight_decay = 0;
+};
+
+/// One variable's copy in a fused update: `count` elements of the parameter, its gradient and
+/// the slots the optimizer kind uses (nullptr otherwise), all memory of the updating backend.
+struct UpdateSegment {
+  void* param = nullptr;
+  const void* grad = nullptr;
+  void* slot[2] = {nullptr, nullptr};
+  int64_t count = 0;
+};
+
+/// Segments one `apply_optimizer` call takes at most (a CUDA launch passes them as its argument).
+inline constexpr int kMaxUpdateSegments = 48;
+
+/// Bytes and waits between the host and one backend (mirrored::TransferCounts, device.hpp).
+using TransferCounts = mirrored::TransferCounts;
 
 /// The streams of a device backend. Work enqueued on one stream runs in the order it was
 /// enqueued; work on different streams runs concurrently unless events order it.
@@ -108,7 +145,8 @@ class DeviceBackend {
   virtual void fill(DType dtype, void* dst, int64_t count, const void* value) = 0;
   /// `out[i] = a[i or 0] op b[i or 0]`; a scalar operand is broadcast (its index is always 0).
   /// Integer division by zero throws InvalidArgumentError ("div: integer division by zero at
-  /// element i"; a backend with streams waits for the kernel to know).
+  /// element i"): the host backend at once; a backend with streams does not wait for the kernel
+  /// but keeps what it found on the device, and the next `synchronize` of that stream throws it.
   virtual void binary(BinaryOp op, DType dtype, const void* a, bool a_scalar, const void* b, bool b_scalar, void* out,
                       int64_t count) = 0;
   /// `out[i] = in[0][i] + in[1][i] + ... + in[n-1][i]`, summed in that order so that results are
@@ -130,9 +168,28 @@ class DeviceBackend {
   /// Converts `count` elements from `src_dtype` to `dst_dtype` (as `static_cast` does).
   virtual void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, int64_t count) = 0;
 
+  /// One pass of optimizer `u` over every segment ("multi-tensor apply"), ordered on the calling
+  /// thread's stream like any kernel: each parameter and its slots are updated in place from its
+  /// gradient. `step_in` (device memory of this backend) holds the updates applied so far; the
+  /// update uses step `*step_in + 1` (Adam's bias correction) and, when `step_out` is not null,
+  /// writes that step there, so the step count never has to be read by the host. `dtype` is
+  /// float32 or float64; segments must not overlap; `num_segments` <= kMaxUpdateSegments (0 only
+  /// writes the step). The host backend's results equal the per-variable update of
+  /// optimizers.hpp bit for bit; a GPU's may differ in the last bits (contracted multiply-adds).
+  virtual void apply_optimizer(DType dtype, const OptimizerUpdate& u, const UpdateSegment* segments, int num_segments,
+                               const int64_t* step_in, int64_t* step_out) = 0;
+
+  /// What crossed between the host and this device so far (all zeros for the host backend, whose
+  /// memory is the host's). Safe from any thread.
+  TransferCounts transfer_counts() const noexcept {
+    return {h2d_bytes_.load(std::memory_order_relaxed), d2h_bytes_.load(std::memory_order_relaxed),
+            host_syncs_.load(std::memory_order_relaxed)};
+  }
+
   /// Blocks until all work enqueued on the calling thread's stream has finished: at most
   /// `timeout_s` seconds. \throws DeadlineExceededError past it (naming the device; the work goes
-  /// on), InternalError when the device failed.
+  /// on), InternalError when the device failed, InvalidArgumentError for an integer division by
+  /// zero that a kernel on this stream found since the last synchronize.
   virtual void synchronize_for(double timeout_s) = 0;
   /// `synchronize_for` the default deadline (`MIRRORED_COLLECTIVE_TIMEOUT_S`, 1800 s).
   void synchronize();
@@ -153,6 +210,14 @@ class DeviceBackend {
   /// (CUDA's `record_stream`). Blocks used only on the stream they were allocated for need no
   /// record. Nothing on the host backend.
   virtual void record_stream_use(const void* block, const DeviceBackend& user);
+
+  /// Backends with memory of their own (and their events) count what crosses with these.
+  void count_host_to_device(std::size_t bytes) noexcept { h2d_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
+  void count_device_to_host(std::size_t bytes) noexcept { d2h_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
+  void count_host_sync() noexcept { host_syncs_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> h2d_bytes_{0}, d2h_bytes_{0}, host_syncs_{0};
 };
 
 /// The deadline of `DeviceBackend::synchronize()` (`MIRRORED_COLLECTIVE_TIMEOUT_S`, default 1800 s).
@@ -162,7 +227,9 @@ double default_synchronize_timeout_s();
 /// \throws NotFoundError for a GPU that is not visible (none is in a build without CUDA).
 DeviceBackend& backend_for(const Device& device);
 
-/// Copies `bytes` bytes between any two devices (host staging where needed). Complete on return.
+/// Copies `bytes` bytes between any two devices (host staging where needed). A copy within one
+/// device is enqueued on the calling thread's stream there, like a kernel, without a host wait
+/// (read `dst` from the host only after `synchronize()`); every other copy is complete on return.
 void copy_between(void* dst, const Device& dst_device, const void* src, const Device& src_device, std::size_t bytes);
 
 /// `copy_between` for the input pipeline: a host-to-device copy into a freshly allocated `dst`

@@ -4,9 +4,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "mirrored/errors.hpp"
 #include "tensor/host_backend.hpp"
+#include "tensor/host_optimizer.hpp"
 
 namespace mirrored::detail::sim {
 namespace {
@@ -66,8 +68,8 @@ Backend::Backend(const Device& logical, Chip& chip, const Options& options)
       options_(options),
       compute_(make_stream("compute")),
       allocator_(MemoryPolicy{&chip, logical}),
-      ready_(logical.short_name()),
-      done_(logical.short_name()) {}
+      ready_(logical.short_name(), this),
+      done_(logical.short_name(), this) {}
 
 std::unique_ptr<Stream> Backend::make_stream(const char* what) {
   const uint64_t seed = options_.seed * 1000003u + static_cast<uint64_t>(logical_.index()) * 131u;
@@ -128,17 +130,19 @@ void Backend::synchronize_for(double timeout_s) {
   Stream& s = stream(current_stream());
   check_stream(s, "synchronize");
   check_gpu_usable(logical_, chip_.physical());
+  count_host_sync();
   if (!s.wait(s.last_ticket(), deadline_after(timeout_s))) {
     throw DeadlineExceededError(str_cat("synchronize on ", describe_gpu_call_site(logical_, chip_.physical()),
                                         ": the work queued on the simulated ", s.name(), " did not finish within ",
                                         timeout_s, " s"));
   }
   check_stream(s, "synchronize");
+  raise_division_by_zero(current_stream());
 }
 
 std::unique_ptr<DeviceEvent> Backend::create_event() {
   check_gpu_usable(logical_, chip_.physical());
-  return std::make_unique<Event>(logical_.short_name());
+  return std::make_unique<Event>(logical_.short_name(), this);
 }
 
 void Backend::record_event(DeviceEvent& event) {
@@ -188,12 +192,14 @@ void Backend::deallocate(void* ptr, std::size_t) noexcept { allocator_.deallocat
 void Backend::copy_from_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   Stream& s = stream_for_call();
+  count_host_to_device(bytes);
   s.enqueue([dst, data = capture(src, bytes), bytes] { std::memcpy(dst, data.get(), bytes); });
 }
 
 void Backend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   check_gpu_usable(logical_, chip_.physical());
+  count_device_to_host(bytes);
   // Complete on return, and deliberately not ordered after queued work (see device_backend.hpp).
   std::memcpy(dst, src, bytes);
 }
@@ -221,6 +227,8 @@ void Backend::prefetch_from_host(void* dst, const void* src, std::size_t bytes) 
   const uint64_t before = main.last_ticket();
   copy.enqueue([&main, before] { main.wait(before, Clock::time_point::max()); });
   copy.enqueue([dst, data = capture(src, bytes), bytes] { std::memcpy(dst, data.get(), bytes); });
+  count_host_to_device(bytes);
+  count_host_sync();
   const double timeout_s = default_synchronize_timeout_s();
   if (!copy.wait(copy.last_ticket(), deadline_after(timeout_s))) {
     throw DeadlineExceededError(str_cat("prefetch_from_host on ", describe_gpu_call_site(logical_, chip_.physical()),
@@ -248,18 +256,27 @@ void Backend::binary(BinaryOp op, DType dtype, const void* a, bool a_scalar, con
     s.enqueue([=] { host_backend().binary(op, dtype, a, a_scalar, b, b_scalar, out, count); });
     return;
   }
-  // Integer division: the kernel notes a zero divisor, and the host learns of it by waiting (as
-  // the CUDA backend does).
-  auto error = std::make_shared<std::string>();
+  // Integer division: the kernel notes a zero divisor on the stream, and the next synchronize of
+  // that stream raises it (as the CUDA backend does); the host does not wait here.
+  DivisionFlag* flag = &division_flag(current_stream());
   s.enqueue([=] {
     try {
       host_backend().binary(op, dtype, a, a_scalar, b, b_scalar, out, count);
     } catch (const InvalidArgumentError& e) {
-      *error = e.what();
+      std::lock_guard lock(flag->mu);
+      if (flag->error.empty()) flag->error = e.what();  // the first, like the smallest index on CUDA
     }
   });
-  synchronize();
-  if (!error->empty()) throw InvalidArgumentError(*error);
+}
+
+void Backend::raise_division_by_zero(StreamKind kind) {
+  DivisionFlag& flag = division_flag(kind);
+  std::string error;
+  {
+    std::lock_guard lock(flag.mu);
+    error = std::exchange(flag.error, std::string());
+  }
+  if (!error.empty()) throw InvalidArgumentError(error);
 }
 
 void Backend::sum_n(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count) {
@@ -285,6 +302,18 @@ void Backend::divide(DType dtype, void* inout, int64_t count, int64_t divisor) {
 void Backend::cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, int64_t count) {
   if (count <= 0) return;
   stream_for_call().enqueue([=] { host_backend().cast(src_dtype, src, dst_dtype, dst, count); });
+}
+
+void Backend::apply_optimizer(DType dtype, const OptimizerUpdate& u, const UpdateSegment* segments, int num_segments,
+                              const int64_t* step_in, int64_t* step_out) {
+  const std::string where = logical_.short_name();
+  check_optimizer_arguments(where.c_str(), dtype, u, num_segments, step_in);
+  Stream& s = stream_for_call();
+  // The step is read on the stream, when the kernel runs, as on a GPU.
+  std::vector<UpdateSegment> segs(segments, segments + num_segments);
+  s.enqueue([=, segs = std::move(segs)] {
+    host_apply_optimizer(dtype, u, segs.data(), static_cast<int>(segs.size()), step_in, step_out);
+  });
 }
 
 void Backend::all_reduce_fused(DType dtype, const void* const* in, void* const* out, int n, int64_t count,

@@ -97,6 +97,9 @@ class Backend final : public GpuBackend {
   void sum_axis(DType dtype, const void* in, int64_t outer, int64_t length, int64_t inner, void* out) override;
   void divide(DType dtype, void* inout, int64_t count, int64_t divisor) override;
   void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, int64_t count) override;
+  /// Runs the host's update on the stream (bitwise the host's results).
+  void apply_optimizer(DType dtype, const OptimizerUpdate& u, const UpdateSegment* segments, int num_segments,
+                       const int64_t* step_in, int64_t* step_out) override;
   void synchronize_for(double timeout_s) override;
 
   std::unique_ptr<DeviceEvent> create_event() override;
@@ -130,6 +133,15 @@ class Backend final : public GpuBackend {
   // Throws the stream's failure (a sticky error: the chip is then unusable).
   void check_stream(const Stream& s, const char* op) const;
   std::unique_ptr<Stream> make_stream(const char* what);
+  // An integer division by zero found on a stream, raised by its next synchronize.
+  struct DivisionFlag {
+    std::mutex mu;
+    std::string error;
+  };
+  DivisionFlag& division_flag(StreamKind kind) {
+    return kind == StreamKind::compute ? compute_div_ : communication_div_;
+  }
+  void raise_division_by_zero(StreamKind kind);
 
   const Device logical_;
   Chip& chip_;
@@ -141,6 +153,7 @@ class Backend final : public GpuBackend {
   CachingAllocator<MemoryPolicy> allocator_;
   Event ready_, done_;
   std::atomic<int> fail_record_event_in_{0};
+  DivisionFlag compute_div_, communication_div_;
 };
 
 }  // namespace mirrored::detail::sim

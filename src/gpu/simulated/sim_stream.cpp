@@ -139,6 +139,7 @@ bool Event::query() const {
 void Event::synchronize(double timeout_s) const {
   const auto [stream, ticket] = latest();
   if (!stream) return;
+  if (counts_) counts_->count_host_sync();
   if (!stream->wait(ticket, deadline_after(timeout_s))) {
     throw DeadlineExceededError(str_cat("event synchronize on ", owner_, ": the work on the simulated ", stream->name(),
                                         " before the event did not finish within ", timeout_s, " s"));

@@ -80,8 +80,8 @@ class Stream {
 /// An event of the simulated GPU: the latest (stream, ticket) it was recorded at.
 class Event final : public DeviceEvent {
  public:
-  /// `owner` names the device in messages.
-  explicit Event(std::string owner) : owner_(std::move(owner)) {}
+  /// `owner` names the device in messages; `counts` (when given) counts each host wait.
+  explicit Event(std::string owner, DeviceBackend* counts = nullptr) : owner_(std::move(owner)), counts_(counts) {}
 
   /// Marks the work enqueued on `stream` so far.
   void record(const Stream& stream);
@@ -94,6 +94,7 @@ class Event final : public DeviceEvent {
 
  private:
   const std::string owner_;
+  DeviceBackend* const counts_;
   mutable std::mutex mu_;
   const Stream* stream_ = nullptr;
   uint64_t ticket_ = 0;

@@ -1,0 +1,261 @@
+#include "runtime/async_collectives.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <utility>
+
+#include "collectives/collective_group.hpp"
+#include "gpu/gpu_runtime.hpp"
+#include "mirrored/replica_context.hpp"
+#include "runtime/default_strategy.hpp"
+#include "runtime/strategy_runtime.hpp"
+#include "util/exceptions.hpp"
+#include "util/log.hpp"
+
+namespace mirrored {
+namespace detail {
+namespace {
+
+constexpr double kMaxSeconds = 1e9;  // ~32 years: "forever" without overflowing steady_clock
+
+double seconds_until(CollectiveWatchdog::Clock::time_point deadline) {
+  return std::chrono::duration<double>(deadline - CollectiveWatchdog::Clock::now()).count();
+}
+
+}  // namespace
+
+AsyncCollectives::AsyncCollectives(int num_replicas) {
+  lanes_.reserve(static_cast<std::size_t>(num_replicas));
+  for (int r = 0; r < num_replicas; ++r) lanes_.push_back(std::make_unique<Lane>());
+}
+
+AsyncCollectives::~AsyncCollectives() {
+  for (auto& lane : lanes_) {
+    {
+      std::lock_guard lock(lane->mu);
+      lane->stop = true;
+    }
+    lane->cv.notify_all();
+    if (lane->thread.joinable()) lane->thread.join();
+  }
+}
+
+void AsyncCollectives::submit(std::shared_ptr<AsyncCollective> job) {
+  Lane& lane = *lanes_[static_cast<std::size_t>(job->replica)];
+  {
+    std::lock_guard lock(lane.mu);
+    if (!lane.thread.joinable()) lane.thread = std::thread([this, &lane] { loop(lane); });
+    lane.queue.push_back(std::move(job));
+    lane.pending.fetch_add(1, std::memory_order_acq_rel);  // after anything that may throw
+  }
+  lane.cv.notify_one();
+}
+
+void AsyncCollectives::drain(int replica) noexcept {
+  std::atomic<int64_t>& pending = lanes_[static_cast<std::size_t>(replica)]->pending;
+  for (int64_t p = pending.load(std::memory_order_acquire); p != 0; p = pending.load(std::memory_order_acquire))
+    pending.wait(p, std::memory_order_acquire);
+}
+
+std::vector<std::shared_ptr<AsyncCollective>> AsyncCollectives::take_failed(int replica) {
+  Lane& lane = *lanes_[static_cast<std::size_t>(replica)];
+  std::lock_guard lock(lane.mu);
+  return std::exchange(lane.failed, {});
+}
+
+void AsyncCollectives::loop(Lane& lane) {
+  for (;;) {
+    std::shared_ptr<AsyncCollective> job;
+    {
+      std::unique_lock lock(lane.mu);
+      lane.cv.wait(lock, [&] { return lane.stop || !lane.queue.empty(); });
+      if (lane.queue.empty()) return;  // stopping, and nothing issued is left
+      job = std::move(lane.queue.front());
+      lane.queue.pop_front();
+    }
+    AsyncRunner::run(*job);
+    if (job->ticket) watchdog_.cancel(*job->ticket);
+    if (job->error) {
+      std::lock_guard lock(lane.mu);
+      lane.failed.push_back(job);
+    }
+    job.reset();  // the owner may have gone already: its tensors go here
+    if (lane.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) lane.pending.notify_all();
+  }
+}
+
+void AsyncRunner::run(AsyncCollective& job) noexcept {
+  std::exception_ptr error;
+  try {
+    ReplicaContext& ctx = *job.ctx;
+    // Past the deadline the watchdog has aborted the group: the join below fails at once.
+    const double step_timeout = std::max(1e-3, seconds_until(job.deadline));
+    constexpr double kWatched = std::numeric_limits<double>::infinity();  // the watchdog bounds the join
+    if (job.backend) {
+      const Device& device = job.backend->device();
+      gpu_runtime().enter_device(device);
+      DeviceBackend::StreamScope scope(*job.backend, StreamKind::communication);
+      job.backend->wait_event(*job.issued);
+      // Other replicas' threads read this replica's inputs on their own streams (or the host):
+      // the work that produced them must be finished, not merely ordered before this stream.
+      job.issued->synchronize(step_timeout);
+      ctx.all_reduce_joined(CollectiveKind::all_reduce_async, job.op, job.in, job.out, job.structure,
+                            job.bytes_per_pack, kWatched, step_timeout);
+      // The compute stream allocated these blocks; the communication stream used them.
+      for (const auto* leaves : {&job.in, &job.out}) {
+        for (const UntypedTensor& t : *leaves) {
+          if (t.storage && !t.storage->foreign() && t.device() == device)
+            job.backend->record_stream_use(t.data(), *job.backend);
+        }
+      }
+      job.backend->record_event(*job.completed);
+    } else {
+      ctx.all_reduce_joined(CollectiveKind::all_reduce_async, job.op, job.in, job.out, job.structure,
+                            job.bytes_per_pack, kWatched, step_timeout);
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  {
+    std::lock_guard lock(job.mu);
+    // The watchdog gave up on it first: whatever happened since (an AbortedError it caused, or
+    // a late success) is reported as the deadline it missed.
+    if (job.expired) error = std::make_exception_ptr(DeadlineExceededError(job.expiry));
+    job.error = std::move(error);
+    job.done.store(true, std::memory_order_release);
+  }
+  job.done.notify_all();
+}
+
+void AsyncRunner::record_failure(AsyncCollective& job) noexcept { job.ctx->record_async_failure(job.error); }
+
+void wait_done(const AsyncCollective& job) noexcept {
+  while (!job.done.load(std::memory_order_acquire)) job.done.wait(false, std::memory_order_acquire);
+}
+
+const std::vector<UntypedTensor>& wait_async(AsyncCollective& job) {
+  MIRRORED_ENFORCE(!job.waited, FailedPreconditionError,
+                   "PendingCollective::wait: the result of this collective was already taken");
+  job.waited = true;
+  wait_done(job);
+  if (job.error) std::rethrow_exception(job.error);
+  // The calling thread's stream reads the outputs only after the communication stream wrote them.
+  if (job.backend) job.backend->wait_event(*job.completed);
+  return job.out;
+}
+
+bool async_ready(const AsyncCollective& job) noexcept {
+  if (!job.done.load(std::memory_order_acquire)) return false;
+  if (job.error || !job.completed) return true;
+  try {
+    return job.completed->query();
+  } catch (...) {
+    return true;  // a failed device: wait() reports it
+  }
+}
+
+void discard_async(AsyncCollective& job) noexcept {
+  if (job.waited) return;
+  job.waited = true;
+  wait_done(job);
+  if (!job.error) return;
+  // Nobody will see this error through wait(). While the replica unwinds an exception of its own,
+  // that one is the failure of the run; otherwise this one is, as if the replica had thrown it.
+  if (std::uncaught_exceptions() == 0 && job.ctx && thread_state().replica == job.ctx) {
+    AsyncRunner::record_failure(job);
+  } else {
+    MIRRORED_LOG(debug, "an asynchronous all_reduce of replica ", job.replica,
+                 " failed and was never waited for: ", describe_exception(job.error));
+  }
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------------
+// ReplicaContext's asynchronous calls.
+
+std::shared_ptr<detail::AsyncCollective> ReplicaContext::all_reduce_async_flat(ReduceOp op,
+                                                                               std::vector<detail::UntypedTensor> in,
+                                                                               const std::vector<char>& scratch,
+                                                                               std::string structure,
+                                                                               const CommunicationOptions& options) {
+  const double t = timeout(options);
+  MIRRORED_ENFORCE(options.bytes_per_pack >= 0, InvalidArgumentError,
+                   "CommunicationOptions::bytes_per_pack must be >= 0, got ", options.bytes_per_pack);
+  detail::StrategyRuntime& rt = *strategy_->rt_;
+  const CrossDeviceOps& ops = *strategy_->cross_device_ops_;
+  // In place only where the backend reads every byte before anyone writes it, and not across
+  // workers (the stage reads the local results after the local reduction).
+  const bool may_reuse = ops.reduces_in_place() && !rt.workers;
+  auto job = std::make_shared<detail::AsyncCollective>();
+  job->ctx = this;
+  job->lanes = &rt.async;
+  job->group = &rt.group;
+  job->replica = replica_id_;
+  job->op = op;
+  job->structure = std::move(structure);
+  job->bytes_per_pack = options.bytes_per_pack;
+  job->timeout_s = t;
+  job->out.reserve(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const detail::UntypedTensor& x = in[i];
+    if (may_reuse && scratch[i] && !x.storage->foreign())
+      job->out.push_back(x);
+    else
+      job->out.push_back(detail::make_untyped(x.dtype, x.shape, x.device()));
+  }
+  job->in = std::move(in);
+  if (rt.group.size() == 1 && !rt.workers) {
+    // One replica and no other worker: the "reduction" is a copy on the replica's own stream, with
+    // nothing to overlap; it runs here, and wait() reports its outcome.
+    try {
+      all_reduce_joined(detail::CollectiveKind::all_reduce, op, job->in, job->out, job->structure, job->bytes_per_pack,
+                        t, t);
+    } catch (...) {
+      job->error = std::current_exception();
+    }
+    job->done.store(true, std::memory_order_release);
+    return job;
+  }
+  if (const Device& d = strategy_->devices_[static_cast<std::size_t>(replica_id_)]; !d.is_host()) {
+    job->backend = &detail::backend_for(d);
+    job->issued = job->backend->create_event();
+    job->completed = job->backend->create_event();
+    job->backend->record_event(*job->issued);  // after the work that produced the inputs
+  }
+  const auto now = detail::CollectiveWatchdog::Clock::now();
+  job->deadline = now + std::chrono::duration_cast<detail::CollectiveWatchdog::Clock::duration>(
+                            std::chrono::duration<double>(std::min(t, detail::kMaxSeconds)));
+  const int global = replica_id_in_sync_group();
+  job->ticket = rt.async.watchdog().watch(job->deadline, [weak = std::weak_ptr(job), global, t] {
+    const auto j = weak.lock();
+    if (!j) return;
+    // Under the job's lock, so that the run cannot end (it waits for this job) before the abort.
+    std::lock_guard lock(j->mu);
+    if (j->done.load(std::memory_order_acquire)) return;
+    j->expired = true;
+    j->expiry = detail::str_cat("all_reduce_async on replica ", global, ": not complete ", t,
+                                " s after it was issued; replicas ", j->group->missing_replicas(),
+                                " never arrived (collective timeout ", t,
+                                " s; set CommunicationOptions::timeout_seconds or MIRRORED_COLLECTIVE_TIMEOUT_S)");
+    j->group->abort(j->expiry);
+  });
+  try {
+    rt.async.submit(job);
+  } catch (...) {
+    rt.async.watchdog().cancel(*job->ticket);  // never issued: nothing to expire
+    throw;
+  }
+  return job;
+}
+
+void ReplicaContext::record_async_failure(std::exception_ptr error) noexcept {
+  strategy_->record_failure(replica_id_, std::move(error));
+}
+
+void ReplicaContext::drain_async() noexcept {
+  if (!detail::is_default_context(this)) strategy_->rt_->async.drain(replica_id_);
+}
+
+}  // namespace mirrored

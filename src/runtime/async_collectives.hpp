@@ -1,0 +1,106 @@
+#pragma once
+// Private: asynchronous collectives (ReplicaContext::all_reduce_async, PendingCollective). Each
+// replica has a lane: a communication thread of the library that runs the replica's issued
+// collectives one after another, in issue order, through the same joined code path as the
+// synchronous calls (so results are bitwise the same and mismatches are caught the same way).
+// Deadlines are the watchdog's (collective_watchdog.hpp), counted from issue.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mirrored/detail/device_backend.hpp"
+#include "mirrored/detail/untyped_tensor.hpp"
+#include "mirrored/reduce_op.hpp"
+#include "runtime/collective_watchdog.hpp"
+
+namespace mirrored {
+class ReplicaContext;
+}  // namespace mirrored
+
+namespace mirrored::detail {
+
+class CollectiveGroup;
+class AsyncCollectives;
+
+struct AsyncCollective {
+  ReplicaContext* ctx = nullptr;
+  AsyncCollectives* lanes = nullptr;
+  CollectiveGroup* group = nullptr;
+  int replica = 0;  // among this process's replicas
+  ReduceOp op = ReduceOp::SUM;
+  std::vector<UntypedTensor> in, out;  // out[i] may be in[i] (reduced in place)
+  std::string structure;
+  int64_t bytes_per_pack = 0;
+  double timeout_s = 0;
+  CollectiveWatchdog::Clock::time_point deadline;
+  // GPU replicas: the replica's backend, the point of its compute stream the communication
+  // stream starts after, and the end of the collective on the communication stream.
+  DeviceBackend* backend = nullptr;
+  std::unique_ptr<DeviceEvent> issued, completed;
+  std::optional<CollectiveWatchdog::Ticket> ticket;
+
+  std::atomic<bool> done{false};  // set (release) once error is final and the outputs are enqueued
+  std::mutex mu;                  // settles the watchdog against completion: expired, expiry, error
+  bool expired = false;
+  std::string expiry;
+  std::exception_ptr error;
+  bool waited = false;  // the owner's thread only
+};
+
+/// The lanes of one strategy (one per local replica, their threads started on first use) and
+/// its watchdog.
+class AsyncCollectives {
+ public:
+  explicit AsyncCollectives(int num_replicas);
+  ~AsyncCollectives();
+  AsyncCollectives(const AsyncCollectives&) = delete;
+  AsyncCollectives& operator=(const AsyncCollectives&) = delete;
+
+  /// Queues `job` on its replica's lane.
+  void submit(std::shared_ptr<AsyncCollective> job);
+  /// Returns once every collective replica `replica` issued has finished (bounded by their
+  /// deadlines, which the watchdog enforces).
+  void drain(int replica) noexcept;
+  /// The collectives of `replica` that failed since the last call (whether or not someone waited
+  /// for them): at the end of a run, those nobody waited for fail it.
+  std::vector<std::shared_ptr<AsyncCollective>> take_failed(int replica);
+  CollectiveWatchdog& watchdog() noexcept { return watchdog_; }
+
+ private:
+  struct Lane {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::shared_ptr<AsyncCollective>> queue;
+    std::atomic<int64_t> pending{0};  // issued, not finished
+    std::vector<std::shared_ptr<AsyncCollective>> failed;
+    bool stop = false;
+    std::thread thread;
+  };
+  void loop(Lane& lane);
+
+  CollectiveWatchdog watchdog_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+};
+
+/// What runs on a lane, and what needs the replica context's private parts (a friend of it).
+class AsyncRunner {
+ public:
+  /// Runs `job` on the calling lane thread and publishes its outcome.
+  static void run(AsyncCollective& job) noexcept;
+  /// An unwaited collective's error fails the replica's run.
+  static void record_failure(AsyncCollective& job) noexcept;
+};
+
+/// Blocks until `job` is done (its deadline bounds it: the watchdog aborts it then).
+void wait_done(const AsyncCollective& job) noexcept;
+
+}  // namespace mirrored::detail
