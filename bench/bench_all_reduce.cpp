@@ -23,6 +23,8 @@
 //   alloc_share  (alloc_ms - run_ms) / allreduce_ms: the share of the all-reduce that allocating
 //                (and first touching) the fresh output costs
 //   allreduce_GBps, anchor_GBps   2*S*N bytes (read + written, all replicas) per second
+//   vs_empty     allreduce_ms / run_ms: what a collective adds to an empty run (small sizes: the
+//                rendezvous)
 //
 // Pass --benchmark_filter=... as usual; see bench/README.md.
 #include <benchmark/benchmark.h>
@@ -143,6 +145,7 @@ void BM_AllReduce(benchmark::State& state) {
   state.counters["run_ms"] = sum_empty / it * 1e3;
   state.counters["ratio"] = sum_anchor / sum_ar;
   state.counters["ratio_med"] = median(paired);
+  state.counters["vs_empty"] = sum_ar / sum_empty;
   state.counters["alloc_share"] = std::max(0.0, sum_alloc - sum_empty) / sum_ar;
   state.counters["allreduce_GBps"] = moved / (sum_ar / it) / 1e9;
   state.counters["anchor_GBps"] = moved / (sum_anchor / it) / 1e9;

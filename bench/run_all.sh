@@ -82,13 +82,14 @@ echo "run_all.sh: load average $LOAD_START (an idle machine has < 1 per core)" >
 
 begin "build (release)"
 cmake --preset release >"$OUT/configure.log"
-BENCHES=(bench_all_reduce bench_run_overhead bench_apply_gradients bench_input_pipeline bench_checkpoint bench_tf_ops)
+BENCHES=(bench_all_reduce bench_run_overhead bench_apply_gradients bench_input_pipeline bench_checkpoint bench_overlap
+  bench_tf_ops)
 cmake --build --preset release -j"$JOBS" --target "${BENCHES[@]}" >"$OUT/build.log"
 end "build (release)"
 
 # Checkpoint files go to the output folder's file system unless MIRRORED_BENCH_DIR says otherwise.
 export MIRRORED_BENCH_DIR="${MIRRORED_BENCH_DIR:-$OUT}"
-for b in bench_all_reduce bench_run_overhead bench_apply_gradients bench_input_pipeline bench_checkpoint; do
+for b in bench_all_reduce bench_run_overhead bench_apply_gradients bench_input_pipeline bench_checkpoint bench_overlap; do
   begin "$b"
   "$BIN/$b" "${GB_ARGS[@]}" --benchmark_out="$OUT/${b#bench_}.json" --benchmark_out_format=json \
     >"$OUT/$b.log" 2>&1 || { echo "run_all.sh: $b failed; see $OUT/$b.log" >&2; exit 1; }
@@ -105,7 +106,7 @@ fi
 
 begin "tables and charts"
 (cd "$OUT" && python3 "$ROOT/bench/summarize.py" all_reduce.json run_overhead.json apply_gradients.json \
-  input_pipeline.json checkpoint.json >tables.md && python3 "$ROOT/bench/summarize.py" checkpoint.json >checkpoint.md)
+  input_pipeline.json checkpoint.json overlap.json >tables.md && python3 "$ROOT/bench/summarize.py" checkpoint.json >checkpoint.md)
 PLOT_ARGS=(--all-reduce "$OUT/all_reduce.json" --run-overhead "$OUT/run_overhead.json" --out "$IMG")
 [ "$SKIP_TF" = 0 ] && PLOT_ARGS+=(--tf-compare "$OUT/tf_compare.json")
 "$PLOT_PY" bench/plot.py "${PLOT_ARGS[@]}" --note "$NOTE" >&2

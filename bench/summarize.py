@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Turns the JSON output of the benchmarks (bench_all_reduce, bench_run_overhead,
-bench_apply_gradients, bench_input_pipeline, bench_checkpoint) into the Markdown tables of
+bench_apply_gradients, bench_input_pipeline, bench_checkpoint, bench_overlap) into the Markdown tables of
 docs/performance.md.
 
     build/release/bench/bench_all_reduce --benchmark_repetitions=5 \
@@ -122,6 +122,19 @@ def checkpoint_table(benches):
                   f"| {b['crc_GBps']:.3g} |")
 
 
+def overlap_table(benches):
+    print("| N | gradients | compute | compute/comm | step ms | compute ms | comm ms | step / max(compute, comm) "
+          "| (median paired) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for b in benches:
+        if not b["name"].startswith("BM_Overlap"):
+            continue
+        a = args_of(b["name"])
+        print(f"| {a['replicas']} | 8 x {size_str(a['bytes'])} | {'busy loop' if a['busy'] else 'sleep'} "
+              f"| {a['compute_pct'] / 100:.1f} | {b['step_ms']:.4g} | {b['compute_ms']:.4g} | {b['comm_ms']:.4g} "
+              f"| {b['ratio']:.2f} | {b['ratio_med']:.2f} |")
+
+
 def main(paths):
     if not paths:
         print(__doc__)
@@ -140,6 +153,8 @@ def main(paths):
             input_pipeline_tables(benches)
         if any(b["name"].startswith(("BM_Save", "BM_Load")) for b in benches):
             checkpoint_table(benches)
+        if any(b["name"].startswith("BM_Overlap") for b in benches):
+            overlap_table(benches)
         print()
     return 0
 

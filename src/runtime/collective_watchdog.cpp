@@ -39,8 +39,11 @@ void CollectiveWatchdog::loop() {
       continue;
     }
     const auto first = entries_.begin();
-    if (Clock::now() < first->first.first) {
-      cv_.wait_until(lock, first->first.first);
+    // A copy: wait_until reads its deadline while the lock is released, when `cancel` may erase
+    // the entry that holds it.
+    const Clock::time_point due = first->first.first;
+    if (Clock::now() < due) {
+      cv_.wait_until(lock, due);
       continue;
     }
     std::function<void()> expire = std::move(first->second);

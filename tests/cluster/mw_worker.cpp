@@ -124,6 +124,28 @@ void check_collectives(MultiWorkerMirroredStrategy& s) {
     CHECK(gs == N * (N - 1) / 2, gs);
   }
 
+  // Asynchronous collectives and gradient buckets span the workers too (waited out of issue order,
+  // the buckets' all-reduces in between).
+  auto async = s.run([&] {
+    ReplicaContext* ctx = get_replica_context();
+    const int g = ctx->replica_id_in_sync_group();
+    auto a = ctx->all_reduce_async(ReduceOp::SUM, Tensor<float>::full({4}, static_cast<float>(g + 1)));
+    auto m = ctx->all_reduce_async(ReduceOp::MEAN, Tensor<double>::full({3}, 2.0 * (g + 1)));
+    GradientBuckets<float> buckets(ReduceOp::SUM, 8);
+    for (int k = 1; k <= 3; ++k) buckets.push(Tensor<float>::full({k}, static_cast<float>(k * (g + 1))));
+    std::vector<std::vector<float>> grads;
+    for (const auto& t : buckets.finish()) grads.push_back(t.to_vector());
+    return std::make_tuple(m.wait().to_vector(), a.wait().to_vector(), grads);
+  });
+  for (int r = 0; r < R; ++r) {
+    const auto& [m, a, grads] = async[r];
+    CHECK(m == std::vector<double>(3, N + 1.0), m[0]);
+    CHECK(a == std::vector<float>(4, sum_g1), a[0]);
+    CHECK(grads.size() == 3, grads.size());
+    for (std::size_t k = 1; k <= grads.size(); ++k)
+      CHECK(grads[k - 1] == std::vector<float>(k, static_cast<float>(k) * sum_g1), grads[k - 1][0]);
+  }
+
   // A large all-reduce (several chunks of a shared-memory slot; many Gloo segments).
   constexpr int64_t kBig = 300001;
   auto big = s.run([&] {

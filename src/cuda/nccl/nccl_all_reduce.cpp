@@ -333,6 +333,17 @@ void NcclAllReduce::all_gather(int axis, CollectiveStep& step) {
   const int n = step.num_replicas();
   const int me = step.replica();
   const auto& outs = step.outputs(me);
+  // One tensor's gather through NCCL: its parts, and where each replica's rows go in the output.
+  struct Gather {
+    const UntypedTensor* out;
+    std::vector<const UntypedTensor*> parts;
+    int64_t outer = 1, out_row = 0;
+    std::vector<int64_t> row, offset;  // elements per outer index, and where they go in an output row
+    bool equal = true;
+    std::vector<UntypedTensor> staged;  // broadcast targets when parts interleave in the output
+  };
+  std::vector<Gather> gathers;
+  std::vector<int> home;
   for (std::size_t i = 0; i < outs.size(); ++i) {
     std::vector<const UntypedTensor*> parts;
     for (int r = 0; r < n; ++r) parts.push_back(&step.inputs(r)[i]);
@@ -343,74 +354,84 @@ void NcclAllReduce::all_gather(int axis, CollectiveStep& step) {
       flat.push_back(&step.inputs(r)[i]);
       flat.push_back(&step.outputs(r)[i]);
     }
-    std::vector<int> home(n, -1);
-    const bool nccl = n >= impl_->min_ranks() && outs[i].numel > 0 && leaf_on_replica_gpus(flat, 2, home);
+    std::vector<int> h(n, -1);
+    const bool nccl =
+        n >= impl_->min_ranks() && outs[i].numel > 0 && leaf_on_replica_gpus(flat, 2, h) && (home.empty() || h == home);
     if (!nccl) {
       detail::concat_into(parts, axis, outs[i]);
       continue;
     }
-    const std::vector<int> physical = physical_of(home, "all_gather");
-    std::shared_ptr<Comms> comms = impl_->acquire(home, physical, step.timeout_seconds(), step.aborted(), "all_gather");
-    const Limits limits = Limits::from_now(step.timeout_seconds(), &step);  // one deadline for the whole collective
-    CudaBackend& be = detail::cuda_backend(home[me]);
-    detail::CudaDeviceGuard guard(be.physical(), be.device());
-    const cudaStream_t stream = be.stream_for_call();
-    const UntypedTensor& out = outs[i];
-    const DType dtype = out.dtype;
-    const std::size_t elem = dtype_size(dtype);
-    int64_t outer = 1, inner = 1;
-    for (int d = 0; d < axis; ++d) outer *= out.shape[d];
-    for (std::size_t d = axis + 1; d < out.shape.size(); ++d) inner *= out.shape[d];
-    std::vector<int64_t> row(n), offset(n);  // elements per outer index, and where they go in an output row
-    int64_t at = 0;
-    bool equal = true;
+    home = h;
+    Gather g;
+    g.out = &outs[i];
+    g.parts = std::move(parts);
+    int64_t inner = 1;
+    for (int d = 0; d < axis; ++d) g.outer *= outs[i].shape[d];
+    for (std::size_t d = axis + 1; d < outs[i].shape.size(); ++d) inner *= outs[i].shape[d];
+    g.row.resize(n);
+    g.offset.resize(n);
     for (int r = 0; r < n; ++r) {
-      row[r] = parts[r]->shape[axis] * inner;
-      offset[r] = at;
-      at += row[r];
-      equal = equal && row[r] == row[0];
+      g.row[r] = g.parts[r]->shape[axis] * inner;
+      g.offset[r] = g.out_row;
+      g.out_row += g.row[r];
+      g.equal = g.equal && g.row[r] == g.row[0];
     }
-    const int64_t out_row = at;
-    std::vector<UntypedTensor> staged(n);  // broadcast targets when parts interleave in the output
-    if (!(outer == 1 && equal)) {
-      for (int root = 0; root < n; ++root)
-        if (outer > 1 && row[root] > 0) staged[root] = detail::make_untyped(dtype, {outer * row[root]}, be.device());
+    gathers.push_back(std::move(g));
+  }
+  if (gathers.empty()) return;
+  // Every tensor goes out in one NCCL group, with one completion wait, whatever their number.
+  const std::vector<int> physical = physical_of(home, "all_gather");
+  std::shared_ptr<Comms> comms = impl_->acquire(home, physical, step.timeout_seconds(), step.aborted(), "all_gather");
+  const Limits limits = Limits::from_now(step.timeout_seconds(), &step);  // one deadline for the whole collective
+  CudaBackend& be = detail::cuda_backend(home[me]);
+  detail::CudaDeviceGuard guard(be.physical(), be.device());
+  const cudaStream_t stream = be.stream_for_call();
+  for (Gather& g : gathers) {
+    if (g.outer == 1 && g.equal) continue;
+    g.staged.resize(n);
+    for (int root = 0; root < n; ++root) {
+      if (g.outer > 1 && g.row[root] > 0)
+        g.staged[root] = detail::make_untyped(g.out->dtype, {g.outer * g.row[root]}, be.device());
     }
-    enqueue_group(*comms, {me}, limits, "all_gather", [&](int, ncclComm_t comm) {
-      if (outer == 1 && equal) {
-        return ncclAllGather(parts[me]->data(), out.data(), static_cast<std::size_t>(row[me]), nccl_type(dtype), comm,
-                             stream);
+  }
+  enqueue_group(*comms, {me}, limits, "all_gather", [&](int, ncclComm_t comm) {
+    for (const Gather& g : gathers) {
+      const DType dtype = g.out->dtype;
+      const std::size_t elem = dtype_size(dtype);
+      if (g.outer == 1 && g.equal) {
+        const ncclResult_t r = ncclAllGather(g.parts[me]->data(), g.out->data(), static_cast<std::size_t>(g.row[me]),
+                                             nccl_type(dtype), comm, stream);
+        if (r != ncclSuccess && r != ncclInProgress) return r;
+        continue;
       }
       for (int root = 0; root < n; ++root) {
-        if (row[root] == 0) continue;
-        void* recv;
-        if (outer == 1) {
-          recv = static_cast<unsigned char*>(out.data()) + offset[root] * elem;
-        } else {
-          recv = staged[root].data();
-        }
-        const void* send = root == me ? parts[me]->data() : recv;
-        const ncclResult_t r = ncclBroadcast(send, recv, static_cast<std::size_t>(outer * row[root]), nccl_type(dtype),
-                                             root, comm, stream);
+        if (g.row[root] == 0) continue;
+        void* recv =
+            g.outer == 1 ? static_cast<unsigned char*>(g.out->data()) + g.offset[root] * elem : g.staged[root].data();
+        const void* send = root == me ? g.parts[me]->data() : recv;
+        const ncclResult_t r = ncclBroadcast(send, recv, static_cast<std::size_t>(g.outer * g.row[root]),
+                                             nccl_type(dtype), root, comm, stream);
         if (r != ncclSuccess && r != ncclInProgress) return r;
       }
-      return ncclSuccess;
-    });
-    if (outer > 1) {
-      // Interleave the broadcast parts into the output rows.
-      for (int root = 0; root < n; ++root) {
-        if (row[root] == 0) continue;
-        be.check(
-            cudaMemcpy2DAsync(static_cast<unsigned char*>(out.data()) + offset[root] * elem,
-                              static_cast<std::size_t>(out_row) * elem, staged[root].data(),
-                              static_cast<std::size_t>(row[root]) * elem, static_cast<std::size_t>(row[root]) * elem,
-                              static_cast<std::size_t>(outer), cudaMemcpyDeviceToDevice, stream),
-            "cudaMemcpy2DAsync");
-      }
     }
-    be.check(cudaEventRecord(comms->done[me], stream), "cudaEventRecord");
-    wait_for_completion(*comms, me, be, limits, "all_gather");
+    return ncclSuccess;
+  });
+  for (const Gather& g : gathers) {
+    if (g.outer <= 1) continue;
+    // Interleave the broadcast parts into the output rows.
+    const std::size_t elem = dtype_size(g.out->dtype);
+    for (int root = 0; root < n; ++root) {
+      if (g.row[root] == 0) continue;
+      be.check(
+          cudaMemcpy2DAsync(static_cast<unsigned char*>(g.out->data()) + g.offset[root] * elem,
+                            static_cast<std::size_t>(g.out_row) * elem, g.staged[root].data(),
+                            static_cast<std::size_t>(g.row[root]) * elem, static_cast<std::size_t>(g.row[root]) * elem,
+                            static_cast<std::size_t>(g.outer), cudaMemcpyDeviceToDevice, stream),
+          "cudaMemcpy2DAsync");
+    }
   }
+  be.check(cudaEventRecord(comms->done[me], stream), "cudaEventRecord");
+  wait_for_completion(*comms, me, be, limits, "all_gather");
 }
 
 }  // namespace mirrored
