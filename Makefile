@@ -6,7 +6,9 @@
 #   make fuzz   - libFuzzer build (clang, ASan/UBSan) + every fuzz target for FUZZ_SECONDS (60) each
 #   make simulated-gpus - the gpu-labelled tests on 1, 2 and 4 simulated GPUs (debug), and on 2
 #                 under ThreadSanitizer (MIRRORED_SIMULATED_GPUS; see docs/gpu.md)
-#   make cuda   - CUDA/NCCL backend build + ctest (GPU tests skip without a GPU)
+#   make cuda   - CUDA/NCCL backend build (Release) + ctest (GPU tests skip without a GPU)
+#   make cuda-debug - the same at -O0, what CI runs: the CUDA code and every test compile and the
+#                 GPU tests skip, in about a third of the Release build's compile time
 #   make bench  - release build, run every benchmark
 #   make bench-report - on an idle machine: every benchmark + TensorFlow side by side, tables,
 #                 charts (docs/img/) and the generated block of docs/performance.md (bench/run_all.sh)
@@ -17,7 +19,7 @@
 JOBS ?= 2
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps demo test asan tsan simulated-gpus fuzz cuda bench bench-report interop clean
+.PHONY: all deps demo test asan tsan simulated-gpus fuzz cuda cuda-debug bench bench-report interop clean
 
 all: test
 
@@ -64,6 +66,11 @@ cuda: deps
 	cmake --preset cuda
 	cmake --build --preset cuda -j$(JOBS)
 	ctest --preset cuda
+
+cuda-debug: deps
+	cmake --preset cuda-debug
+	cmake --build --preset cuda-debug -j$(JOBS)
+	ctest --preset cuda-debug
 
 bench: deps
 	cmake --preset release
