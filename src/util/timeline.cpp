@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -23,6 +24,7 @@
 namespace mirrored::detail::timeline {
 
 std::atomic<int> g_state{static_cast<int>(State::unknown)};
+std::atomic<std::uint64_t> g_session{0};
 
 namespace {
 
@@ -106,7 +108,6 @@ struct Recorder {
   std::mutex mu;                 // the session, its rings' consumer side, its file
   std::condition_variable wake;  // the writer's
   std::unique_ptr<Session> session;
-  std::atomic<std::uint64_t> session_id{0};  // 0: none
   std::uint64_t next_id = 1;
   int worker_index = 0, worker_count = 1;  // under mu
   std::once_flag environment;
@@ -175,6 +176,9 @@ ThreadSlot* attach(std::uint64_t session) {
   std::lock_guard lock(rec.mu);
   if (!rec.session || rec.session->id != session) return nullptr;
   auto ring = std::make_shared<Ring>(session, os_tid(), me->name.empty() ? os_thread_name() : me->name);
+  // The ring (about 150 KiB) is fresh memory: touch it now, once per thread and recording, so that
+  // its page faults do not fall on the events that fill it.
+  std::memset(static_cast<void*>(ring->records), 0, sizeof ring->records);
   rec.session->rings.push_back(ring);
   if (me->ring) me->ring->owner_exited.store(true, std::memory_order_release);  // an old session's
   me->ring = std::move(ring);
@@ -241,7 +245,7 @@ void start_session(const std::string& requested) {
     raw->writer = std::thread(writer_loop, raw);  // waits for `mu` before it looks at the session
     pthread_setname_np(raw->writer.native_handle(), "mirrored/tl");
     rec.session = std::move(s);
-    rec.session_id.store(raw->id, std::memory_order_release);
+    g_session.store(raw->id, std::memory_order_release);
     g_state.store(static_cast<int>(State::on), std::memory_order_release);
   }
 }
@@ -284,8 +288,6 @@ std::int64_t now_ns() noexcept {
       .count();
 }
 
-std::uint64_t current_session() noexcept { return recorder().session_id.load(std::memory_order_acquire); }
-
 void record(std::uint64_t session, Record& event) noexcept {
   ThreadSlot* me = t_slot;
   if (!me || me->session != session) {
@@ -302,7 +304,15 @@ void record(std::uint64_t session, Record& event) noexcept {
   Ring& r = *me->ring;
   const std::uint64_t h = r.head.load(std::memory_order_relaxed);
   if (h - r.tail.load(std::memory_order_acquire) >= kRingCapacity) drain_full(r);
-  r.records[h % kRingCapacity] = event;
+  Record& slot = r.records[h % kRingCapacity];
+  // Field by field: only the arguments the event has (a whole Record is about 150 bytes).
+  slot.name = event.name;
+  slot.category = event.category;
+  slot.begin_ns = event.begin_ns;
+  slot.end_ns = event.end_ns;
+  slot.text = event.text;
+  slot.num_args = event.num_args;
+  for (int i = 0; i < event.num_args; ++i) slot.args[i] = event.args[i];
   event.text = nullptr;  // the ring owns it now
   r.head.store(h + 1, std::memory_order_release);
   if (h + 1 - r.tail.load(std::memory_order_relaxed) == kRingCapacity / 2) recorder().wake.notify_one();
@@ -368,7 +378,7 @@ void stop() {
     if (!rec.session) return;
     s = rec.session.get();
     // From here no event begins; events that end from now on are left out.
-    rec.session_id.store(0, std::memory_order_release);
+    detail::timeline::g_session.store(0, std::memory_order_release);
     detail::timeline::g_state.store(static_cast<int>(detail::timeline::State::off), std::memory_order_release);
     s->stopping = true;
   }

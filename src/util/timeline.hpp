@@ -70,8 +70,11 @@ struct Record {
 /// is still recording. Used by `Scope`; call it directly for a span whose times were taken apart.
 void record(std::uint64_t session, Record& event) noexcept;
 
+/// The session being recorded (0: none): written under the recorder's lock by start and stop.
+extern std::atomic<std::uint64_t> g_session;
+
 /// The session being recorded (0: none). Read when an event begins.
-std::uint64_t current_session() noexcept;
+inline std::uint64_t current_session() noexcept { return g_session.load(std::memory_order_acquire); }
 
 /// A span of work on the calling thread: from construction to destruction. `name` and `category`
 /// and every key and string value given to `arg` must be string literals (or otherwise live for the
