@@ -28,8 +28,9 @@ void ReplicaPool::execute(Task task, void* ctx) {
   task_ = task;
   ctx_ = ctx;
   pending_.store(size(), std::memory_order_relaxed);
-  // The release on epoch_ publishes task_/ctx_ to the workers.
-  const uint32_t epoch = epoch_.fetch_add(1, std::memory_order_release) + 1;
+  // Publishes task_/ctx_ to the workers; a read-modify-write for the reason given at `done_epoch_`
+  // in `worker`.
+  const uint32_t epoch = epoch_.fetch_add(1, std::memory_order_seq_cst) + 1;
   epoch_.notify_all();
   // Wait for the last worker to publish done_epoch_ == epoch.
   if (!spin_until([&] { return done_epoch_.load(std::memory_order_acquire) == epoch; })) {
@@ -51,7 +52,12 @@ void ReplicaPool::worker(int replica) {
     if (stop_.load(std::memory_order_acquire)) return;
     task_(ctx_, replica);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      done_epoch_.store(seen, std::memory_order_release);
+      // A read-modify-write, not a plain store: `notify_one` skips the futex wake when it reads no
+      // registered waiter, and a plain (release) store may still be invisible when that read runs
+      // (a store may pass a later load, even on x86). The caller can then register, read the old
+      // value and sleep with nobody left to wake it: that hung `execute` on a 2-vCPU VM about once
+      // in a million runs. The exchange orders the store before the waiter check.
+      done_epoch_.exchange(seen, std::memory_order_seq_cst);
       done_epoch_.notify_one();
     }
   }
