@@ -53,7 +53,7 @@ Device Device::parse(std::string_view spec) {
     const std::string_view key = tokens[0];
     if (key == "job" || key == "replica" || key == "task") {
       if (tokens.size() != 2 || tokens[1].empty())
-        bad_spec(spec, "'" + std::string(part) + "' is not '" + std::string(key) + ":<value>'");
+        bad_spec(spec, detail::str_cat("'", part, "' is not '", key, ":<value>'"));
       bool& seen = key == "job" ? have_job : key == "replica" ? have_replica : have_task;
       if (seen) bad_spec(spec, "'" + std::string(key) + "' given twice");
       seen = true;

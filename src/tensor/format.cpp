@@ -71,7 +71,10 @@ std::string layout_like_python(std::string sci, int upper_exponent = 16) {
     frac_part = std::string(-exponent - 1, '0') + digits;
   }
   if (frac_part.empty()) frac_part = "0";
-  return sign + int_part + "." + frac_part;
+  // Appended, not `sign + int_part + ...`: g++ 12 -O2 flags that chain with a false -Wrestrict.
+  std::string out = std::move(sign);
+  out.append(int_part).append(1, '.').append(frac_part);
+  return out;
 }
 
 }  // namespace

@@ -29,7 +29,9 @@ void free_large(void* p, std::size_t rounded) noexcept {
 
 class LargeBlockCache {
  public:
-  LargeBlockCache() : limit_(static_cast<std::size_t>(env_non_negative("MIRRORED_HOST_CACHE_MB", 2048.0) * (1 << 20))) {}
+  LargeBlockCache()
+      : limit_(static_cast<std::size_t>(env_non_negative("MIRRORED_HOST_CACHE_MB", 2048.0) * (1 << 20))),
+        huge_pages_(env_non_negative("MIRRORED_HOST_HUGE_PAGES", 0.0) != 0.0) {}
   ~LargeBlockCache() { release(); }
 
   void* take(std::size_t rounded) {
@@ -52,8 +54,10 @@ class LargeBlockCache {
     if (!p) throw UnavailableError("host allocation of " + std::to_string(rounded) + " bytes failed");
     MIRRORED_LOG(debug, "host allocator: new ", rounded, "-byte block (", cached(), " bytes cached)");
 #ifdef MADV_HUGEPAGE
-    // Fewer page faults and TLB misses on the large buffers collectives stream through.
-    (void)madvise(p, rounded, MADV_HUGEPAGE);
+    // Opt-in (MIRRORED_HOST_HUGE_PAGES=1), like PyTorch's THP_MEM_ALLOC_ENABLE: huge pages mean fewer
+    // page faults, but on a VM whose host backs them with small pages every stream through them got
+    // slower: an Adam update over 25 MB took 33 ns per element instead of 4 (docs/performance.md).
+    if (huge_pages_) (void)madvise(p, rounded, MADV_HUGEPAGE);
 #endif
     try {
       std::lock_guard lock(mu_);
@@ -111,6 +115,7 @@ class LargeBlockCache {
   std::map<void*, std::size_t> live_;       // handed-out block → rounded size
   std::size_t cached_ = 0;
   const std::size_t limit_;
+  const bool huge_pages_;  // madvise(MADV_HUGEPAGE) on new blocks
 };
 
 LargeBlockCache& cache() {
