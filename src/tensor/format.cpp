@@ -70,11 +70,9 @@ std::string layout_like_python(std::string sci, int upper_exponent = 16) {
     int_part = "0";
     frac_part = std::string(-exponent - 1, '0') + digits;
   }
-  if (frac_part.empty()) frac_part = "0";
-  // Appended, not `sign + int_part + ...`: g++ 12 -O2 flags that chain with a false -Wrestrict.
-  std::string out = std::move(sign);
-  out.append(int_part).append(1, '.').append(frac_part);
-  return out;
+  // push_back, not `= "0"`: g++ 12 -O2 flags that assignment with a false -Wrestrict.
+  if (frac_part.empty()) frac_part.push_back('0');
+  return sign + int_part + "." + frac_part;
 }
 
 }  // namespace
