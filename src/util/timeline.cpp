@@ -2,11 +2,14 @@
 // writer thread. The format is timeline_file.cpp's.
 #include "util/timeline.hpp"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +28,7 @@ namespace mirrored::detail::timeline {
 
 std::atomic<int> g_state{static_cast<int>(State::unknown)};
 std::atomic<std::uint64_t> g_session{0};
+std::atomic<bool> g_use_tsc{false};
 
 namespace {
 
@@ -92,10 +96,58 @@ std::string os_thread_name() {
   return buf;
 }
 
+// The time-stamp counter stamps events where the kernel keeps time with it itself (it then runs
+// at a constant rate and agrees across cores); MIRRORED_TIMELINE_CLOCK=steady keeps the steady clock.
+bool tsc_is_the_clock() {
+#if defined(__x86_64__)
+  static const bool tsc = [] {
+    if (const char* env = std::getenv("MIRRORED_TIMELINE_CLOCK"); env && std::string(env) == "steady") return false;
+    const int fd = ::open("/sys/devices/system/clocksource/clocksource0/current_clocksource",
+                          O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return false;
+    char buf[16] = {};
+    const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    return n >= 3 && std::string(buf, static_cast<std::size_t>(n)).rfind("tsc", 0) == 0 &&
+           (n == 3 || buf[3] == '\n');
+  }();
+  return tsc;
+#else
+  return false;
+#endif
+}
+
+// A (counter, steady clock) pair: ticks become nanoseconds by interpolating between such pairs.
+struct Anchor {
+  std::int64_t ticks;
+  std::int64_t ns;
+};
+
+// Reads both clocks back to back; retried when something (preemption) came between the reads.
+Anchor take_anchor() noexcept {
+  Anchor best{0, 0};
+  std::int64_t best_gap = -1;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const std::int64_t before = now_ns();
+    const std::int64_t ticks = now_ticks();
+    const std::int64_t after = now_ns();
+    if (best_gap < 0 || after - before < best_gap) {
+      best = {ticks, before + (after - before) / 2};
+      best_gap = after - before;
+    }
+    if (best_gap < 1000) break;
+  }
+  return best;
+}
+
 struct Session {
   std::uint64_t id = 0;
   std::string path;
-  std::int64_t origin_ns = 0;
+  // Anchors in increasing order, the first taken when the session starts. Each drain first notes
+  // how far each ring is filled, then adds an anchor: every tick it converts lies before the
+  // newest anchor, so a tick is always interpolated within the same two anchors, whenever it is
+  // converted, and events nest in the file exactly as they did in ticks.
+  std::vector<Anchor> anchors;
   std::unique_ptr<TimelineFile> file;
   std::vector<std::shared_ptr<Ring>> rings;
   std::vector<std::pair<int, std::string>> exited_threads;  // (tid, name) of rings already removed
@@ -128,23 +180,62 @@ void discard_locked(Ring& r) noexcept {
   r.tail.store(h, std::memory_order_release);
 }
 
-void drain_locked(Session& s, Ring& r) {
-  const std::uint64_t h = r.head.load(std::memory_order_acquire);
-  for (std::uint64_t i = r.tail.load(std::memory_order_relaxed); i < h; ++i) {
+// Adds an anchor after the ones the session has (with the steady clock as the clock, ticks are
+// nanoseconds and no anchor is needed).
+void add_anchor_locked(Session& s) noexcept {
+  if (!g_use_tsc.load(std::memory_order_relaxed)) return;
+  const Anchor a = take_anchor();
+  const Anchor& last = s.anchors.back();
+  if (a.ticks > last.ticks && a.ns > last.ns) {
+    try {
+      s.anchors.push_back(a);
+    } catch (...) {
+      // Out of memory: the previous anchors extrapolate.
+    }
+  }
+}
+
+// Nanoseconds since the session's start of a tick taken during it.
+std::int64_t to_ns(const Session& s, std::int64_t t) {
+  const Anchor& first = s.anchors.front();
+  if (!g_use_tsc.load(std::memory_order_relaxed)) return t - first.ns;
+  if (s.anchors.size() < 2) return 0;  // add_anchor_locked found no later pair: no time has passed
+  // The segment holding t (the first or last one outside the anchors).
+  auto it = std::upper_bound(s.anchors.begin(), s.anchors.end(), t,
+                             [](std::int64_t v, const Anchor& a) { return v < a.ticks; });
+  std::size_t i = it == s.anchors.begin() ? 0 : static_cast<std::size_t>(it - s.anchors.begin()) - 1;
+  if (i + 1 >= s.anchors.size()) i = s.anchors.size() - 2;
+  const Anchor& a = s.anchors[i];
+  const Anchor& b = s.anchors[i + 1];
+  const double ns_per_tick = static_cast<double>(b.ns - a.ns) / static_cast<double>(b.ticks - a.ticks);
+  return a.ns - first.ns + std::llround(static_cast<double>(t - a.ticks) * ns_per_tick);
+}
+
+// Converts and writes the events of `r` up to `head` (read before the newest anchor was taken).
+void drain_locked(Session& s, Ring& r, std::uint64_t head) {
+  for (std::uint64_t i = r.tail.load(std::memory_order_relaxed); i < head; ++i) {
     Record& e = r.records[i % kRingCapacity];
-    s.file->event(e, r.tid, s.origin_ns);
+    s.file->event(e, r.tid, to_ns(s, e.begin), to_ns(s, e.end));
     delete std::exchange(e.text, nullptr);
   }
-  r.tail.store(h, std::memory_order_release);
+  r.tail.store(head, std::memory_order_release);
 }
 
 // Takes every ring's events; forgets the rings of threads that have exited once they are empty.
 void drain_all_locked(Session& s) {
-  for (std::size_t i = 0; i < s.rings.size();) {
+  // How far each ring is filled, and whether its owner has exited (read before the head: once the
+  // owner has exited, this drain takes its last event); then the anchor.
+  std::vector<std::pair<bool, std::uint64_t>> seen;
+  seen.reserve(s.rings.size());
+  for (const auto& ring : s.rings) {
+    const bool exited = ring->owner_exited.load(std::memory_order_acquire);
+    seen.emplace_back(exited, ring->head.load(std::memory_order_acquire));
+  }
+  add_anchor_locked(s);
+  for (std::size_t i = 0, k = 0; i < s.rings.size(); ++k) {
     Ring& r = *s.rings[i];
-    // Read before draining: once the owner has exited, this drain takes its last event.
-    const bool exited = r.owner_exited.load(std::memory_order_acquire);
-    drain_locked(s, r);
+    const bool exited = seen[k].first;
+    drain_locked(s, r, seen[k].second);
     if (exited) {
       s.exited_threads.emplace_back(r.tid, r.name);
       s.rings.erase(s.rings.begin() + static_cast<std::ptrdiff_t>(i));
@@ -192,7 +283,9 @@ void drain_full(Ring& r) noexcept {
   std::lock_guard lock(rec.mu);
   try {
     if (rec.session && rec.session->id == r.session) {
-      drain_locked(*rec.session, r);
+      const std::uint64_t head = r.head.load(std::memory_order_acquire);
+      add_anchor_locked(*rec.session);
+      drain_locked(*rec.session, r, head);
       return;
     }
   } catch (...) {
@@ -241,7 +334,8 @@ void start_session(const std::string& requested) {
   {
     std::lock_guard lock(rec.mu);
     raw->id = rec.next_id++;
-    raw->origin_ns = now_ns();
+    g_use_tsc.store(tsc_is_the_clock(), std::memory_order_relaxed);  // before the session is published
+    raw->anchors.push_back(take_anchor());
     raw->writer = std::thread(writer_loop, raw);  // waits for `mu` before it looks at the session
     pthread_setname_np(raw->writer.native_handle(), "mirrored/tl");
     rec.session = std::move(s);
@@ -308,8 +402,8 @@ void record(std::uint64_t session, Record& event) noexcept {
   // Field by field: only the arguments the event has (a whole Record is about 150 bytes).
   slot.name = event.name;
   slot.category = event.category;
-  slot.begin_ns = event.begin_ns;
-  slot.end_ns = event.end_ns;
+  slot.begin = event.begin;
+  slot.end = event.end;
   slot.text = event.text;
   slot.num_args = event.num_args;
   for (int i = 0; i < event.num_args; ++i) slot.args[i] = event.args[i];

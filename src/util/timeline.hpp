@@ -3,7 +3,7 @@
 // public side: start, stop, active). See docs/timeline.md for the file format and the events.
 //
 // The hot path is cheap on purpose. With the timeline off, a `Scope` costs one relaxed atomic load.
-// With it on, a `Scope` reads the steady clock twice and appends one fixed-size record (static names,
+// With it on, a `Scope` reads the clock twice (`now_ticks`) and appends one fixed-size record (static names,
 // integer arguments) to its thread's own ring buffer, with no lock and no formatting; a writer thread
 // turns the records into JSON off the hot path. A ring that fills up (the writer fell behind) is
 // written by its own thread under the writer's lock, so no event is lost and memory stays bounded.
@@ -21,6 +21,9 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 namespace mirrored::detail::timeline {
 
@@ -41,8 +44,23 @@ inline bool enabled() noexcept {
   return decide_from_environment();
 }
 
-/// Steady-clock nanoseconds (the clock of every event).
+/// Steady-clock nanoseconds.
 std::int64_t now_ns() noexcept;
+
+/// Whether events are stamped with the CPU's time-stamp counter (x86, where the kernel's own clock
+/// source is the TSC, so it runs at a constant rate and agrees across cores). Decided once, before
+/// the first timeline starts; never changes afterwards.
+extern std::atomic<bool> g_use_tsc;
+
+/// The clock of every event, in ticks: the time-stamp counter when `g_use_tsc`, else `now_ns()`.
+/// A counter read costs about half a steady-clock read on a VM; the writer converts ticks to
+/// nanoseconds through (counter, steady clock) pairs it takes as it goes.
+inline std::int64_t now_ticks() noexcept {
+#if defined(__x86_64__)
+  if (g_use_tsc.load(std::memory_order_relaxed)) return static_cast<std::int64_t>(__rdtsc());
+#endif
+  return now_ns();
+}
 
 /// Most arguments one event carries.
 inline constexpr int kMaxArgs = 4;
@@ -59,14 +77,14 @@ struct Arg {
 struct Record {
   const char* name;
   const char* category;
-  std::int64_t begin_ns;
-  std::int64_t end_ns;
+  std::int64_t begin;  // now_ticks()
+  std::int64_t end;
   std::string* text;  // owned: a string argument that is not static (a file path), or null
   int num_args;
   Arg args[kMaxArgs];
 };
 
-/// Appends a complete event (begin and end in `now_ns()` time) to this thread's buffer if `session`
+/// Appends a complete event (begin and end in `now_ticks()` time) to this thread's buffer if `session`
 /// is still recording. Used by `Scope`; call it directly for a span whose times were taken apart.
 void record(std::uint64_t session, Record& event) noexcept;
 
@@ -89,11 +107,11 @@ class Scope {
     event_.category = category;
     event_.text = nullptr;
     event_.num_args = 0;
-    event_.begin_ns = now_ns();
+    event_.begin = now_ticks();
   }
   ~Scope() {
     if (session_ == 0) return;
-    event_.end_ns = now_ns();
+    event_.end = now_ticks();
     record(session_, event_);  // takes `text`
   }
   Scope(const Scope&) = delete;

@@ -84,7 +84,7 @@ void TimelineFile::begin_event() {
   first_ = false;
 }
 
-void TimelineFile::event(const Record& e, int tid, std::int64_t origin_ns) {
+void TimelineFile::event(const Record& e, int tid, std::int64_t begin_ns, std::int64_t end_ns) {
   if (error_) return;
   begin_event();
   buffer_ += "{\"name\":";
@@ -96,9 +96,9 @@ void TimelineFile::event(const Record& e, int tid, std::int64_t origin_ns) {
   buffer_ += ",\"tid\":";
   append_int(buffer_, tid);
   buffer_ += ",\"ts\":";
-  append_us(buffer_, e.begin_ns - origin_ns);
+  append_us(buffer_, begin_ns);
   buffer_ += ",\"dur\":";
-  append_us(buffer_, e.end_ns - e.begin_ns);
+  append_us(buffer_, end_ns - begin_ns);
   if (e.num_args > 0 || e.text) {
     buffer_ += ",\"args\":{";
     for (int i = 0; i < e.num_args; ++i) {

@@ -30,9 +30,9 @@ class TimelineFile {
 
   const std::string& path() const noexcept { return path_; }
 
-  /// One complete event ("ph":"X") of thread `tid`; times relative to `origin_ns`, in microseconds
-  /// with nanosecond digits.
-  void event(const Record& e, int tid, std::int64_t origin_ns);
+  /// One complete event ("ph":"X") of thread `tid` from `begin_ns` to `end_ns` (nanoseconds since
+  /// the timeline's origin; `e`'s own times are ticks), written in microseconds with nanosecond digits.
+  void event(const Record& e, int tid, std::int64_t begin_ns, std::int64_t end_ns);
   /// Metadata events naming the process or a thread.
   void process_name(const std::string& name);
   void thread_name(int tid, const std::string& name);

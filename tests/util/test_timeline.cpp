@@ -249,6 +249,51 @@ TEST_F(TimelineTest, EventsOfThreadsThatExitedAreWritten) {
   EXPECT_EQ(trace.named("short_lived").size(), std::size_t{kThreads * kPerThread});
 }
 
+TEST_F(TimelineTest, TimesAreSteadyClockNanosecondsAcrossWriterRounds) {
+  // Events are stamped in ticks (the time-stamp counter where the kernel keeps time with it, else
+  // the steady clock; util.timeline_steady_clock runs this with the steady clock) and converted
+  // when written. Sleeps measured with the steady clock must come out as their lengths, also for
+  // events written in different rounds of the writer (it wakes every 100 ms), and nest.
+  using Clock = std::chrono::steady_clock;
+  const std::string path = file("trace.json");
+  timeline::start(path);
+  const auto t0 = Clock::now();
+  Clock::duration outer_wall{}, inner_wall{};
+  {
+    detail::timeline::Scope outer("outer", "test");
+    const auto o0 = Clock::now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    {
+      detail::timeline::Scope inner("inner", "test");
+      const auto i0 = Clock::now();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      inner_wall = Clock::now() - i0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));  // the writer writes "inner" meanwhile
+    outer_wall = Clock::now() - o0;
+  }
+  const auto gap = Clock::now() - t0;
+  { detail::timeline::Scope last("last", "test"); }
+  timeline::stop();
+
+  const Trace trace(path);
+  trace.check_nesting();
+  const auto ns = [](Clock::duration d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); };
+  const auto outer = trace.named("outer"), inner = trace.named("inner"), last = trace.named("last");
+  ASSERT_EQ(outer.size(), 1u);
+  ASSERT_EQ(inner.size(), 1u);
+  ASSERT_EQ(last.size(), 1u);
+  // Each span lies between the sleep it holds and the steady-clock time around it (2 ms of slack
+  // for the clock reads around the scope's own).
+  EXPECT_GE(inner[0]->dur_ns, 20'000'000);
+  EXPECT_LE(inner[0]->dur_ns, ns(inner_wall) + 2'000'000);
+  EXPECT_GE(outer[0]->dur_ns, 300'000'000);
+  EXPECT_LE(outer[0]->dur_ns, ns(outer_wall) + 2'000'000);
+  EXPECT_NE(trace.enclosing(*inner[0], "outer"), nullptr);
+  EXPECT_GE(last[0]->ts_ns - outer[0]->ts_ns, ns(gap) - 2'000'000);
+  EXPECT_LE(last[0]->ts_ns - outer[0]->ts_ns, ns(gap) + 2'000'000);
+}
+
 TEST_F(TimelineTest, OffRecordsNothing) {
   EXPECT_FALSE(timeline::active());
   detail::timeline::Scope s("nothing", "test");
