@@ -2,6 +2,7 @@
 // Test helpers. Replica functions and rank threads never call gtest: they record what they see,
 // and assertions run on the main thread afterwards.
 
+#include <chrono>
 #include <exception>
 #include <mutex>
 #include <optional>
@@ -78,6 +79,18 @@ std::string message_of(Fn fn) {
     return e.what();
   }
   return "";
+}
+
+/// Polls (sleeping 200 us between tries) until `done()` or 30 s have passed; returns `done()`'s
+/// last answer. A generous bound for something that must happen, never a timing claim.
+template <class Done>
+bool eventually(Done done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
 }
 
 }  // namespace mirrored::testing

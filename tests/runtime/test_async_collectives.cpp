@@ -24,16 +24,7 @@ namespace {
 using testing::cpus;
 using ::testing::HasSubstr;
 
-// Spins (yielding) until `done()` or 30 s have passed: a generous bound, never a timing claim.
-template <class Done>
-bool eventually(Done done) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return true;
-}
+using testing::eventually;
 
 // Non-integer values whose sums round: only the same additions in the same order agree bit for bit.
 Tensor<float> ramp(int replica, int64_t len) {

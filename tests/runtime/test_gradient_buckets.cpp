@@ -19,15 +19,7 @@ namespace {
 using testing::cpus;
 using ::testing::HasSubstr;
 
-template <class Done>
-bool eventually(Done done) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return true;
-}
+using testing::eventually;
 
 // The in-process all-reduce, recording how many tensors each collective of replica 0 reduced.
 class RecordingAllReduce final : public InProcessAllReduce {
