@@ -36,13 +36,17 @@ void sum_parts_on(const std::vector<const UntypedTensor*>& parts, const UntypedT
   const UntypedTensor target = out_here ? out : make_untyped(out.dtype, out.shape, device);
   auto& be = backend_for(device);
   be.sum_n_mean(out.dtype, ptrs.data(), static_cast<int>(ptrs.size()), target.data(), out.numel, mean_divisor);
+  // The sum is complete on return, as it was before the host waits came out of the hot paths: an
+  // asynchronous all-reduce runs this on the summing replica's communication stream, and the other
+  // replicas order their reads after their own streams only, so "ordered on its stream" was not
+  // enough (simulated GPUs: an asynchronous MEAN read zeros).
+  be.synchronize();
   // Parts read in place from another logical GPU are still being read when this returns: their
   // blocks are handed out again only after the sum (their owners may free them at once).
   for (const UntypedTensor* t : parts)
     if (same_memory(t->device(), device) && !same_backend(t->device(), device))
       backend_for(t->device()).record_stream_use(t->data(), be);
-  // An output on `device` is ordered on its stream (readers elsewhere synchronize it first, as
-  // copy_between does); one elsewhere is copied there, which waits for the sum.
+  // An output elsewhere is copied there.
   if (!out_here) copy_between(out.data(), out.device(), target.data(), device, out.bytes());
 }
 
