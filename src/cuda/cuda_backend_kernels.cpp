@@ -128,7 +128,7 @@ static_assert(cuda_kernels::kMaxOptimizerSegments == kMaxUpdateSegments);
 void CudaBackend::apply_optimizer(DType dtype, const OptimizerUpdate& u, const UpdateSegment* segments,
                                   int num_segments, const int64_t* step_in, int64_t* step_out) {
   const std::string where = logical_.short_name();
-  check_optimizer_arguments(where.c_str(), dtype, u, num_segments, step_in);
+  check_optimizer_arguments(where.c_str(), dtype, u, num_segments, step_in, step_out);
   cuda_kernels::OptimizerScalars h{
       static_cast<int>(u.kind), u.learning_rate, u.momentum, u.beta_1, u.beta_2, u.epsilon, u.weight_decay};
   cuda_kernels::OptimizerSegments s{};

@@ -100,15 +100,18 @@ void AsyncRunner::run(AsyncCollective& job) noexcept {
       // Other replicas' threads read this replica's inputs on their own streams (or the host):
       // the work that produced them must be finished, not merely ordered before this stream.
       job.issued->synchronize(step_timeout);
-      ctx.all_reduce_joined(CollectiveKind::all_reduce_async, job.op, job.in, job.out, job.structure,
-                            job.bytes_per_pack, kWatched, step_timeout);
-      // The compute stream allocated these blocks; the communication stream used them.
+      // The compute stream allocated these blocks; the communication stream uses them. Marked
+      // before the collective, not after: when it fails with work still queued on this stream, the
+      // blocks must not go back to the compute stream's pool until that work is done (the marks
+      // are turned into events when the blocks are freed).
       for (const auto* leaves : {&job.in, &job.out}) {
         for (const UntypedTensor& t : *leaves) {
           if (t.storage && !t.storage->foreign() && t.device() == device)
             job.backend->record_stream_use(t.data(), *job.backend);
         }
       }
+      ctx.all_reduce_joined(CollectiveKind::all_reduce_async, job.op, job.in, job.out, job.structure,
+                            job.bytes_per_pack, kWatched, step_timeout);
       job.backend->record_event(*job.completed);
     } else {
       ctx.all_reduce_joined(CollectiveKind::all_reduce_async, job.op, job.in, job.out, job.structure,

@@ -90,12 +90,14 @@ void update(OptimizerKind kind, const Scalars<T>& s, const UpdateSegment& seg) {
 }  // namespace
 
 void check_optimizer_arguments(const char* device, DType dtype, const OptimizerUpdate& u, int num_segments,
-                               const int64_t* step_in) {
+                               const int64_t* step_in, const int64_t* step_out) {
   MIRRORED_ENFORCE(dtype == DType::float32 || dtype == DType::float64, InvalidArgumentError, "apply_optimizer on ",
                    device, ": dtype ", dtype_name(dtype), " is not float32 or float64");
   MIRRORED_ENFORCE(num_segments >= 0 && num_segments <= kMaxUpdateSegments, InvalidArgumentError, "apply_optimizer on ",
                    device, ": ", num_segments, " segments, expected 0 to ", kMaxUpdateSegments);
   MIRRORED_ENFORCE(step_in != nullptr, InvalidArgumentError, "apply_optimizer on ", device, ": no step counter");
+  MIRRORED_ENFORCE(step_out != step_in, InvalidArgumentError, "apply_optimizer on ", device,
+                   ": step_out must not be step_in (the new step goes to a buffer of its own)");
   const int kind = static_cast<int>(u.kind);
   MIRRORED_ENFORCE(kind >= 0 && kind <= static_cast<int>(OptimizerKind::adamw), InvalidArgumentError,
                    "apply_optimizer on ", device, ": unknown optimizer kind ", kind);
@@ -103,7 +105,7 @@ void check_optimizer_arguments(const char* device, DType dtype, const OptimizerU
 
 void host_apply_optimizer(DType dtype, const OptimizerUpdate& u, const UpdateSegment* segments, int num_segments,
                           const int64_t* step_in, int64_t* step_out) {
-  check_optimizer_arguments("CPU:0", dtype, u, num_segments, step_in);
+  check_optimizer_arguments("CPU:0", dtype, u, num_segments, step_in, step_out);
   const int64_t step = *step_in + 1;
   auto run = [&](auto zero) {
     using T = decltype(zero);

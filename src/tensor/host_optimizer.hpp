@@ -17,6 +17,6 @@ void host_apply_optimizer(DType dtype, const OptimizerUpdate& u, const UpdateSeg
 /// Checks `apply_optimizer`'s arguments the same way on every backend. \throws
 /// InvalidArgumentError naming `device`.
 void check_optimizer_arguments(const char* device, DType dtype, const OptimizerUpdate& u, int num_segments,
-                               const int64_t* step_in);
+                               const int64_t* step_in, const int64_t* step_out);
 
 }  // namespace mirrored::detail

@@ -392,5 +392,21 @@ TEST_P(FusedDistributed, SkipGradientsAggregationAppliesTheGradientsAsGiven) {
 
 INSTANTIATE_TEST_SUITE_P(Replicas, FusedDistributed, ::testing::Values(1, 2, 4));
 
+TEST(FusedOptimizerBackend, TheNewStepCannotOverwriteTheStepItReads) {
+  // A GPU's blocks read the step while one of them writes the new one: the two must differ, on
+  // every backend alike.
+  detail::OptimizerUpdate u;
+  u.kind = detail::OptimizerKind::sgd;
+  u.learning_rate = 0.1;
+  int64_t step = 3;
+  auto& backend = detail::backend_for(Device(DeviceType::CPU, 0));
+  EXPECT_THAT(message_of<InvalidArgumentError>([&] { backend.apply_optimizer(DType::float32, u, nullptr, 0, &step, &step); }),
+              HasSubstr("step_out must not be step_in"));
+  EXPECT_EQ(step, 3);
+  int64_t next = 0;
+  backend.apply_optimizer(DType::float32, u, nullptr, 0, &step, &next);
+  EXPECT_EQ(next, 4);
+}
+
 }  // namespace
 }  // namespace mirrored

@@ -172,7 +172,8 @@ class DeviceBackend {
   /// thread's stream like any kernel: each parameter and its slots are updated in place from its
   /// gradient. `step_in` (device memory of this backend) holds the updates applied so far; the
   /// update uses step `*step_in + 1` (Adam's bias correction) and, when `step_out` is not null,
-  /// writes that step there, so the step count never has to be read by the host. `dtype` is
+  /// writes that step there (`step_out` must not be `step_in`: a GPU's blocks read the step while
+  /// others write it), so the step count never has to be read by the host. `dtype` is
   /// float32 or float64; segments must not overlap; `num_segments` <= kMaxUpdateSegments (0 only
   /// writes the step). The host backend's results equal the per-variable update of
   /// optimizers.hpp bit for bit; a GPU's may differ in the last bits (contracted multiply-adds).

@@ -307,7 +307,7 @@ void Backend::cast(DType src_dtype, const void* src, DType dst_dtype, void* dst,
 void Backend::apply_optimizer(DType dtype, const OptimizerUpdate& u, const UpdateSegment* segments, int num_segments,
                               const int64_t* step_in, int64_t* step_out) {
   const std::string where = logical_.short_name();
-  check_optimizer_arguments(where.c_str(), dtype, u, num_segments, step_in);
+  check_optimizer_arguments(where.c_str(), dtype, u, num_segments, step_in, step_out);
   Stream& s = stream_for_call();
   // The step is read on the stream, when the kernel runs, as on a GPU.
   std::vector<UpdateSegment> segs(segments, segments + num_segments);
