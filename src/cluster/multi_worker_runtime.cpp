@@ -8,6 +8,7 @@
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"
 #include "util/exceptions.hpp"
+#include "util/fnv1a.hpp"
 #include "util/timeline.hpp"
 
 namespace mirrored::detail::cluster {
@@ -33,12 +34,6 @@ auto together(Fn fn) {
   } catch (const InvalidArgumentError& e) {
     throw WorkersInvalidArgument(e.what());
   }
-}
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
 }
 
 std::string describe_leaves(const std::vector<UntypedTensor>& leaves) {

@@ -20,6 +20,7 @@
 #include "cluster/socket.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"
+#include "util/fnv1a.hpp"
 #include "util/log.hpp"
 #include "util/spin.hpp"
 
@@ -45,12 +46,6 @@ struct Control {
 };
 static_assert(sizeof(Control) <= kControlBytes);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
   // Not FUTEX_PRIVATE: the word is shared with other processes.
