@@ -15,7 +15,7 @@ namespace {
 using ::testing::HasSubstr;
 using testing::Job;
 
-constexpr double kRunSeconds = 240;
+constexpr double kJobSeconds = 240;
 const std::string kLaunch = std::string(MIRRORED_SOURCE_DIR) + "/tools/launch.sh";
 
 // Runs `argv` as one process (the harness's "job" of one, without a cluster of its own).
@@ -25,7 +25,7 @@ Job run(const std::vector<std::string>& argv, const std::map<std::string, std::s
 
 TEST(Launcher, StartsTheWorkersWithTheirTfConfigAndPrefixesTheirOutput) {
   Job job = run({"/bin/bash", kLaunch, "2", "--", MIRRORED_MW_WORKER, "hello", "--timeout", "60"});
-  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
   EXPECT_EQ(job.code(0), 0) << job.outputs();
   EXPECT_THAT(job.output(0), HasSubstr("[worker 0] hello from worker 0 of 2"));
   EXPECT_THAT(job.output(0), HasSubstr("[worker 1] hello from worker 1 of 2"));
@@ -34,7 +34,7 @@ TEST(Launcher, StartsTheWorkersWithTheirTfConfigAndPrefixesTheirOutput) {
 TEST(Launcher, ExitsWithTheStatusOfAFailingWorker) {
   Job job = run({"/bin/bash", kLaunch, "3", "--", "/bin/bash", "-c",
                  "echo \"$TF_CONFIG\"; [ \"$MIRRORED_LAUNCH_RANK\" = 1 ] && exit 5; exit 0"});
-  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
   EXPECT_EQ(job.code(0), 5) << job.outputs();
   EXPECT_THAT(job.output(0), HasSubstr("launch: worker 1 exited with status 5"));
   EXPECT_THAT(job.output(0), HasSubstr("[worker 2] {\"cluster\": {\"worker\": [\"127.0.0.1:"));
@@ -46,7 +46,7 @@ TEST(Launcher, TerminatesTheOthersAfterTheGracePeriod) {
                  "[ \"$MIRRORED_LAUNCH_RANK\" = 0 ] && exit 4; trap 'echo terminated; exit 9' TERM; "
                  "while true; do sleep 0.1; done"},
                 {{"MIRRORED_LAUNCH_GRACE_S", "1"}});
-  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
   EXPECT_EQ(job.code(0), 4) << job.outputs();
   EXPECT_THAT(job.output(0), HasSubstr("[worker 1] terminated"));
 }
@@ -61,7 +61,7 @@ TEST(Launcher, ForwardsSignalsToEveryWorker) {
   for (int i = 0; i < 1000 && !(std::filesystem::exists(ready + ".0") && std::filesystem::exists(ready + ".1")); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   job.signal(0, SIGTERM);
-  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
   EXPECT_EQ(job.code(0), 7) << job.outputs();
   EXPECT_THAT(job.output(0), HasSubstr("[worker 0] got TERM"));
   EXPECT_THAT(job.output(0), HasSubstr("[worker 1] got TERM"));
@@ -69,7 +69,7 @@ TEST(Launcher, ForwardsSignalsToEveryWorker) {
 
 TEST(Launcher, RejectsBadArguments) {
   Job job = run({"/bin/bash", kLaunch, "two", "--", "true"});
-  ASSERT_TRUE(job.wait(kRunSeconds));
+  ASSERT_TRUE(job.wait(kJobSeconds));
   EXPECT_EQ(job.code(0), 2);
   EXPECT_THAT(job.output(0), HasSubstr("usage: tools/launch.sh N"));
 }
@@ -94,8 +94,8 @@ TEST(Launcher, TrainDigitsOnTwoWorkersMatchesOneWorkerWithFourReplicas) {
   single.insert(single.end(), common.begin(), common.end());
   Job a = run(multi);
   Job b = run(single);
-  ASSERT_TRUE(a.wait(kRunSeconds)) << a.outputs();
-  ASSERT_TRUE(b.wait(kRunSeconds)) << b.outputs();
+  ASSERT_TRUE(a.wait(kJobSeconds)) << a.outputs();
+  ASSERT_TRUE(b.wait(kJobSeconds)) << b.outputs();
   ASSERT_EQ(a.code(0), 0) << a.outputs();
   ASSERT_EQ(b.code(0), 0) << b.outputs();
   EXPECT_THAT(a.output(0), HasSubstr("[worker 0] training on"));

@@ -71,7 +71,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
 // Fail-fast faults must be reported long before this deadline: one that ran into it would show as
 // DeadlineExceededError, the wrong type. It is not shorter so that a replica thread the scheduler
 // starts late (8 replicas on a loaded 2-core machine, under TSan) cannot time the others out.
-constexpr double kDeadline = 2.0;
+constexpr double kFaultDeadline = 2.0;
 // The deadline the hang cases wait out.
 constexpr double kHangDeadline = 0.25;
 
@@ -161,7 +161,7 @@ TEST_P(CollectiveFaults, FailsWithTheRightTypeInTimeAndTheNextRunWorks) {
   const Case c = GetParam();
   auto ops = std::make_shared<testing::BreakingOps>();
   MirroredStrategy s(testing::cpus(c.n), ops);
-  const double deadline = c.fault == Fault::hang ? kHangDeadline : kDeadline;
+  const double deadline = c.fault == Fault::hang ? kHangDeadline : kFaultDeadline;
   s.extended().set_collective_timeout_seconds(deadline);  // all_reduce, all_gather and merge_call
   if (c.fault == Fault::throw_during && c.kind != Kind::merge_call) ops->fail_on = c.faulty();
 

@@ -19,6 +19,7 @@
 #include "gpu/simulated/sim_backend.hpp"
 #include "gpu/simulated/sim_runtime.hpp"
 
+#include "gpu_sim/sim_devices.hpp"
 #include "harness.hpp"
 
 namespace mirrored {
@@ -30,7 +31,10 @@ using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 using testing::message_of;
 
-const Device kGpu0(DeviceType::GPU, 0), kGpu1(DeviceType::GPU, 1), kGpu2(DeviceType::GPU, 2), kGpu3(DeviceType::GPU, 3);
+using testing::kGpu0;
+using testing::kGpu1;
+using testing::kGpu2;
+using testing::kGpu3;
 
 detail::sim::Backend& sim(const Device& d) {
   detail::sim::Backend* be = detail::simulated_backend(d);

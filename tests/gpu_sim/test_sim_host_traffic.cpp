@@ -15,6 +15,7 @@
 
 #include <mirrored/mirrored.hpp>
 
+#include "gpu_sim/sim_devices.hpp"
 #include "harness.hpp"
 
 namespace mirrored {
@@ -22,7 +23,9 @@ namespace {
 
 using testing::message_of;
 
-const Device kGpu0(DeviceType::GPU, 0), kGpu1(DeviceType::GPU, 1), kGpu2(DeviceType::GPU, 2);
+using testing::kGpu0;
+using testing::kGpu1;
+using testing::kGpu2;
 
 TransferCounts counts(const Device& d) { return transfer_counts(d); }
 
