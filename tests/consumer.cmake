@@ -26,6 +26,7 @@ foreach(mode IN LISTS _mirrored_consumer_modes)
       -DCXX_COMPILER=${CMAKE_CXX_COMPILER}
       -DEigen3_DIR=${Eigen3_DIR}
       -DCUDA_ROOT=${_mirrored_cuda_root}
+      -DUNITY_BUILD=${CMAKE_UNITY_BUILD}
       -P ${PROJECT_SOURCE_DIR}/cmake/run_consumer.cmake)
   # Each mode has its own WORK_DIR, but every one runs a full nested configure and build: alone,
   # so that they do not starve timing-sensitive unit tests under `ctest -j`.

@@ -22,6 +22,8 @@ foreach(header IN LISTS _mirrored_public_headers)
   list(APPEND _mirrored_header_tus "${tu}")
 endforeach()
 add_library(mirrored_header_check OBJECT EXCLUDE_FROM_ALL ${_mirrored_header_tus})
+# One translation unit per header, whatever CMAKE_UNITY_BUILD says: that is what is being tested.
+set_target_properties(mirrored_header_check PROPERTIES UNITY_BUILD OFF)
 target_link_libraries(mirrored_header_check PRIVATE mirrored::eigen)
 if(TARGET mirrored::dlpack)
   target_link_libraries(mirrored_header_check PRIVATE mirrored::dlpack)
