@@ -7,8 +7,9 @@
 #   make simulated-gpus - the gpu-labelled tests on 1, 2 and 4 simulated GPUs (debug), and on 2
 #                 under ThreadSanitizer (MIRRORED_SIMULATED_GPUS; see docs/gpu.md)
 #   make cuda   - CUDA/NCCL backend build (Release) + ctest (GPU tests skip without a GPU)
-#   make cuda-debug - the same at -O0, what CI runs: the CUDA code and every test compile and the
-#                 GPU tests skip, in about a third of the Release build's compile time
+#   make cuda-debug - what CI runs: at -O0, the library with CUDA, the CUDA example and benchmark and
+#                 the GPU tests compile (they skip without a GPU), with the header and package checks;
+#                 the CPU tests compile alike without CUDA, so the debug stage builds and runs them
 #   make bench  - release build, run every benchmark
 #   make bench-report - on an idle machine: every benchmark + TensorFlow side by side, tables,
 #                 charts (docs/img/) and the generated block of docs/performance.md (bench/run_all.sh)
