@@ -312,6 +312,19 @@ Value parse(std::string_view text, std::string_view what, int max_depth) {
 void append_json_string(std::string& out, std::string_view s) {
   out += '"';
   for (std::size_t i = 0; i < s.size();) {
+    // Printable ASCII other than the two escaped characters goes out as one piece (the timeline
+    // writes every name and key through here).
+    std::size_t plain = i;
+    while (plain < s.size()) {
+      const auto p = static_cast<unsigned char>(s[plain]);
+      if (p < 0x20 || p >= 0x80 || p == '"' || p == '\\') break;
+      ++plain;
+    }
+    if (plain > i) {
+      out.append(s.data() + i, plain - i);
+      i = plain;
+      continue;
+    }
     const auto c = static_cast<unsigned char>(s[i]);
     if (c >= 0x80) {
       const std::size_t len = utf8_sequence_length(s, i);

@@ -152,13 +152,15 @@ struct Session {
   std::vector<std::shared_ptr<Ring>> rings;
   std::vector<std::pair<int, std::string>> exited_threads;  // (tid, name) of rings already removed
   bool stopping = false;
+  bool writer_waiting = false;  // the writer has reached its first wait
   std::thread writer;
 };
 
 struct Recorder {
   std::mutex control;            // serialises start and stop (stop joins the writer outside `mu`)
   std::mutex mu;                 // the session, its rings' consumer side, its file
-  std::condition_variable wake;  // the writer's
+  std::condition_variable wake;            // the writer's
+  std::condition_variable writer_started;  // start's: the writer is waiting
   std::unique_ptr<Session> session;
   std::uint64_t next_id = 1;
   int worker_index = 0, worker_count = 1;  // under mu
@@ -249,6 +251,8 @@ void drain_all_locked(Session& s) {
 void writer_loop(Session* s) {
   Recorder& rec = recorder();
   std::unique_lock lock(rec.mu);
+  s->writer_waiting = true;
+  rec.writer_started.notify_all();
   while (!s->stopping) {
     rec.wake.wait_for(lock, kWriterPeriod);
     try {
@@ -332,7 +336,7 @@ void start_session(const std::string& requested) {
   }
   Session* raw = s.get();
   {
-    std::lock_guard lock(rec.mu);
+    std::unique_lock lock(rec.mu);
     raw->id = rec.next_id++;
     g_use_tsc.store(tsc_is_the_clock(), std::memory_order_relaxed);  // before the session is published
     raw->anchors.push_back(take_anchor());
@@ -341,6 +345,10 @@ void start_session(const std::string& requested) {
     rec.session = std::move(s);
     g_session.store(raw->id, std::memory_order_release);
     g_state.store(static_cast<int>(State::on), std::memory_order_release);
+    // Returns once the writer thread has started and gone to sleep, so that its start-up (a new
+    // thread's first run) does not land on the first events. A writer that is not up within the
+    // bound is not waited for: it starts on its own.
+    rec.writer_started.wait_for(lock, std::chrono::seconds(10), [raw] { return raw->writer_waiting; });
   }
 }
 
