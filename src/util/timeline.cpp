@@ -34,7 +34,7 @@ namespace {
 
 // Events one thread can hold before the writer takes them (about 150 KiB per thread). The writer is
 // woken when a ring is half full, and otherwise every kWriterPeriod.
-constexpr std::uint64_t kRingCapacity = 1024;
+constexpr std::uint64_t kRingCapacity = 8192;
 constexpr std::chrono::milliseconds kWriterPeriod{100};
 
 // One thread's events of one session. Single producer (the owning thread, lock-free); the consumer is
