@@ -40,12 +40,9 @@ void sum_parts_on(const std::vector<const UntypedTensor*>& parts, const UntypedT
   // asynchronous all-reduce runs this on the summing replica's communication stream, and the other
   // replicas order their reads after their own streams only, so "ordered on its stream" was not
   // enough (simulated GPUs: an asynchronous MEAN read zeros).
+  // Parts read in place from another logical GPU are no longer read after this wait either, so
+  // their owners may free them at once.
   be.synchronize();
-  // Parts read in place from another logical GPU are still being read when this returns: their
-  // blocks are handed out again only after the sum (their owners may free them at once).
-  for (const UntypedTensor* t : parts)
-    if (same_memory(t->device(), device) && !same_backend(t->device(), device))
-      backend_for(t->device()).record_stream_use(t->data(), be);
   // An output elsewhere is copied there.
   if (!out_here) copy_between(out.data(), out.device(), target.data(), device, out.bytes());
 }
