@@ -11,6 +11,7 @@
 #include "cluster/socket.hpp"
 #include "cluster/tcp_store.hpp"
 #include "mirrored/errors.hpp"
+#include "util/fnv1a.hpp"
 #include "util/log.hpp"
 
 namespace mirrored::detail::cluster {
@@ -48,9 +49,9 @@ std::string sanitize(std::string s) {
 
 std::string default_job_id(const ClusterLayout& layout) {
   // Workers of the same cluster agree on it without configuration.
-  uint64_t h = 1469598103934665603ull;
-  for (const auto& a : layout.addresses)
-    for (unsigned char c : a + ",") h = (h ^ c) * 1099511628211ull;
+  std::string addresses;
+  for (const auto& a : layout.addresses) addresses += a + ",";
+  uint64_t h = fnv1a(addresses);
   static const char* hex = "0123456789abcdef";
   std::string out = "job-";
   for (int i = 0; i < 12; ++i, h >>= 4) out += hex[h & 15];

@@ -16,6 +16,7 @@
 #include "cluster/socket.hpp"
 #include "cluster/store.hpp"
 #include "mirrored/errors.hpp"
+#include "util/fnv1a.hpp"
 
 namespace mirrored::detail::cluster {
 namespace {
@@ -37,8 +38,7 @@ std::string file_name(const std::string& key) {
     }
   }
   if (out.size() > 200) {
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : key) h = (h ^ c) * 1099511628211ull;
+    uint64_t h = fnv1a(key);
     std::string tail;
     for (int i = 0; i < 16; ++i, h >>= 4) tail += hex[h & 15];
     out = out.substr(0, 180) + "." + tail;
