@@ -32,7 +32,7 @@ std::atomic<bool> g_use_tsc{false};
 
 namespace {
 
-// Events one thread can hold before the writer takes them (about 150 KiB per thread). The writer is
+// Events one thread can hold before the writer takes them (about 1.2 MiB per thread). The writer is
 // woken when a ring is half full, and otherwise every kWriterPeriod.
 constexpr std::uint64_t kRingCapacity = 8192;
 constexpr std::chrono::milliseconds kWriterPeriod{100};
