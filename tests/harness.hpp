@@ -14,6 +14,13 @@
 
 namespace mirrored::testing {
 
+/// Built with ASan or TSan: every run is 10-50x slower, so long loops run fewer rounds there.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 /// Runs `fn(rank)` on `n` threads at once and rethrows the first exception in the caller.
 template <class Fn>
 void run_ranks(int n, Fn fn) {

@@ -14,6 +14,7 @@
 
 #include <mirrored/variable_checkpoint.hpp>
 
+#include "harness.hpp"
 #include "variables/checkpoint_test_util.hpp"
 
 namespace mirrored {
@@ -21,13 +22,9 @@ namespace {
 
 using namespace mirrored::testing;  // NOLINT: the checkpoint test helpers
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 // Each kill costs about 1.3 s under ASan (the model is generated and compared at -O0 with every
 // access checked); 20 random points there, 50 in the debug stage.
-constexpr int kKills = 20;
-#else
-constexpr int kKills = 50;
-#endif
+constexpr int kKills = kSanitized ? 20 : 50;
 // Two full write chunks and a part of a third, so that the writes have several steps.
 constexpr int64_t kBigFloats = static_cast<int64_t>(detail::kCheckpointChunkBytes / sizeof(float) * 2 + 1000);
 

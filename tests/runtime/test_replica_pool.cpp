@@ -17,16 +17,13 @@
 #include <thread>
 #include <vector>
 
+#include "harness.hpp"
 #include "runtime/replica_pool.hpp"
 
 namespace mirrored::detail {
 namespace {
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr int kScale = 20;  // sanitizers make every run 10-50x slower
-#else
-constexpr int kScale = 1;
-#endif
+constexpr int kScale = testing::kSanitized ? 20 : 1;
 
 struct Counts {
   std::vector<std::atomic<long>> per_replica;
