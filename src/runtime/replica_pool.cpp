@@ -5,15 +5,20 @@
 #include <string>
 
 #include "util/spin.hpp"
+#include "util/timeline.hpp"
 
 namespace mirrored::detail {
 
-ReplicaPool::ReplicaPool(int num_replicas) {
+ReplicaPool::ReplicaPool(int num_replicas, std::vector<std::string> timeline_names) {
   threads_.reserve(num_replicas);
   for (int r = 0; r < num_replicas; ++r) {
-    threads_.emplace_back([this, r] { worker(r); });
-    const std::string name = "mirrored/r" + std::to_string(r);
-    pthread_setname_np(threads_.back().native_handle(), name.substr(0, 15).c_str());
+    std::string traced = r < static_cast<int>(timeline_names.size()) ? std::move(timeline_names[r]) : std::string();
+    threads_.emplace_back([this, r, traced = std::move(traced)]() mutable {
+      if (!traced.empty()) timeline::name_this_thread(std::move(traced));
+      worker(r);
+    });
+    const std::string os_name = "mirrored/r" + std::to_string(r);
+    pthread_setname_np(threads_.back().native_handle(), os_name.substr(0, 15).c_str());
   }
 }
 

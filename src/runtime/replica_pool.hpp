@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -15,7 +16,9 @@ class ReplicaPool {
   /// A task: `fn(ctx, replica)`; it must not throw (the strategy wraps user code).
   using Task = void (*)(void* ctx, int replica) noexcept;
 
-  explicit ReplicaPool(int num_replicas);
+  /// `timeline_names[r]`, if given, names thread r in timelines (`timeline::name_this_thread`),
+  /// once, as the thread starts: not on each run, where the check would sit on the run's critical path.
+  explicit ReplicaPool(int num_replicas, std::vector<std::string> timeline_names = {});
   ~ReplicaPool();
   ReplicaPool(const ReplicaPool&) = delete;
   ReplicaPool& operator=(const ReplicaPool&) = delete;

@@ -103,7 +103,10 @@ Strategy::Strategy(std::vector<Device> devices, std::shared_ptr<CrossDeviceOps> 
 Strategy::~Strategy() = default;
 
 void Strategy::start_replica_threads() {
-  rt_->pool = std::make_unique<detail::ReplicaPool>(static_cast<int>(devices_.size()));
+  std::vector<std::string> names;
+  for (std::size_t r = 0; r < devices_.size(); ++r)
+    names.push_back(str_cat("replica ", r, " (", devices_[r].short_name(), ")"));
+  rt_->pool = std::make_unique<detail::ReplicaPool>(static_cast<int>(devices_.size()), std::move(names));
 }
 
 void Strategy::attach_workers(std::shared_ptr<detail::WorkerStage> stage) {
@@ -179,13 +182,10 @@ void Strategy::execute(Body body, void* ctx) {
     ts.replica = self->contexts_[r].get();
     try {
       detail::timeline::Scope trace("run", "run");
-      if (trace.active()) {
-        trace.arg("step", call->step);
-        trace.arg("replica", r);
-        // Replica threads are named once; the default strategy runs on the caller's thread.
-        if (self->rt_->pool && !detail::timeline::this_thread_named())
-          detail::timeline::name_this_thread(str_cat("replica ", r, " (", self->devices_[r].short_name(), ")"));
-      }
+      // Replica threads were named when the pool started them; the default strategy runs on the
+      // caller's thread, which keeps its own name.
+      trace.arg("step", call->step);
+      trace.arg("replica", r);
       // A GPU replica's device is current on its thread, for users' own kernels.
       if (const Device& d = self->devices_[r]; !d.is_host()) detail::gpu_runtime().enter_device(d);
       call->body(call->ctx, r);

@@ -440,8 +440,6 @@ void name_this_thread(std::string name) noexcept {
   }
 }
 
-bool this_thread_named() noexcept { return t_slot && !t_slot->name.empty(); }
-
 void set_worker(int index, int count) {
   Recorder& rec = recorder();
   std::lock_guard lock(rec.mu);

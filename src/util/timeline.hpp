@@ -138,8 +138,6 @@ class Scope {
 /// Names the calling thread in the timeline ("replica 0 (CPU:0)", "prefetch"): a metadata event of
 /// every timeline this thread records into. Costs a string copy; call it once per thread.
 void name_this_thread(std::string name) noexcept;
-/// True when `name_this_thread` was called on this thread.
-bool this_thread_named() noexcept;
 
 /// This process is worker `index` of `count` (MultiWorkerMirroredStrategy): the timeline's pid is the
 /// index, and with more than one worker the file names carry it (`worker_path`). Call it before the
