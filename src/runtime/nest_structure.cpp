@@ -75,7 +75,8 @@ bool first_difference(const Node& a, const Node& b, std::string& path, std::stri
   }
   for (std::size_t c = 0; c < a.children.size(); ++c) {
     const std::size_t len = path.size();
-    path += a.kind == '{' ? "[" + quoted(a.keys[c]) + "]" : str_cat("[", c, "]");
+    // str_cat for both: g++ 12 at -O2 warns (-Wrestrict, a false positive) on `"[" + std::string&&`.
+    path += a.kind == '{' ? str_cat("[", quoted(a.keys[c]), "]") : str_cat("[", c, "]");
     if (first_difference(a.children[c], b.children[c], path, da, db)) return true;
     path.resize(len);
   }
