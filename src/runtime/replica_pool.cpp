@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <chrono>
 #include <string>
 
 #include "util/spin.hpp"
@@ -36,6 +37,13 @@ void ReplicaPool::execute(Task task, void* ctx) {
   // Publishes task_/ctx_ to the workers; a read-modify-write for the reason given at `done_epoch_`
   // in `worker`.
   const uint32_t epoch = epoch_.fetch_add(1, std::memory_order_seq_cst) + 1;
+  // Stamped after the hand-out, while spinning replicas start their part, and before sleeping ones
+  // are woken: the clock read delays neither (the replicas use it after signalling their end).
+  if (timeline::enabled()) {
+    Dispatch& d = dispatch_[epoch % 2];
+    d.ticks = timeline::now_ticks();
+    d.epoch.store(epoch, std::memory_order_release);
+  }
   epoch_.notify_all();
   // Wait for the last worker to publish done_epoch_ == epoch.
   if (!spin_until([&] { return done_epoch_.load(std::memory_order_acquire) == epoch; })) {
@@ -44,6 +52,16 @@ void ReplicaPool::execute(Task task, void* ctx) {
       done_epoch_.wait(seen, std::memory_order_acquire);
     }
   }
+}
+
+std::int64_t ReplicaPool::dispatch_ticks(uint32_t epoch) const noexcept {
+  const Dispatch& d = dispatch_[epoch % 2];
+  // The caller stamps right after the hand-out; only a caller preempted in between (or a timeline
+  // that started during the hand-out) leaves it unstamped for longer.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+  for (Backoff backoff; d.epoch.load(std::memory_order_acquire) != epoch; backoff.pause())
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
+  return d.ticks;
 }
 
 void ReplicaPool::worker(int replica) {
@@ -56,6 +74,7 @@ void ReplicaPool::worker(int replica) {
     seen = epoch_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_acquire)) return;
     task_(ctx_, replica);
+    timeline::seal_deferred();  // a span the task left open (see below): `stop` now waits for it
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       // A read-modify-write, not a plain store: `notify_one` skips the futex wake when it reads no
       // registered waiter, and a plain (release) store may still be invisible when that read runs
@@ -65,6 +84,9 @@ void ReplicaPool::worker(int replica) {
       done_epoch_.exchange(seen, std::memory_order_seq_cst);
       done_epoch_.notify_one();
     }
+    // A span the task left open (the strategy's "run" event) ends and is appended now, while the
+    // caller is already on its way; it began when the run was handed out.
+    if (timeline::deferred_open()) timeline::commit_deferred(dispatch_ticks(seen));
   }
 }
 

@@ -39,6 +39,17 @@ class ReplicaPool {
   alignas(64) std::atomic<int32_t> pending_{0};
   alignas(64) std::atomic<uint32_t> done_epoch_{0};
   std::atomic<bool> stop_{false};
+  // When run `epoch` was handed out, for the timeline (the beginning of each replica's run event),
+  // in slot epoch % 2: the caller writes slot e % 2 again only for run e + 2, which needs every
+  // worker to have finished run e + 1, so a worker still reading run e's slot is never overwritten.
+  struct alignas(64) Dispatch {
+    std::atomic<uint32_t> epoch{0};  // released after `ticks`
+    std::int64_t ticks = 0;
+  };
+  Dispatch dispatch_[2];
+  // Run `epoch`'s dispatch time, once the caller has stamped it (a bounded wait: the caller stamps
+  // it right after handing the run out); -1 if it was not stamped.
+  std::int64_t dispatch_ticks(uint32_t epoch) const noexcept;
 };
 
 }  // namespace mirrored::detail

@@ -181,9 +181,12 @@ void Strategy::execute(Body body, void* ctx) {
     ReplicaContext* saved = ts.replica;
     ts.replica = self->contexts_[r].get();
     try {
-      detail::timeline::Scope trace("run", "run");
-      // Replica threads were named when the pool started them; the default strategy runs on the
-      // caller's thread, which keeps its own name.
+      // The run's event: from the hand-out (or the end of this replica's previous run event, if
+      // later) to just after the replica's signal that its part is done. The pool stamps the first
+      // and commits the event after the second (or `execute` below, for the default strategy), so
+      // no clock read or append delays the caller. Replica threads were named when the pool
+      // started them; the default strategy runs on the caller's thread, which keeps its own name.
+      detail::timeline::DeferredSpan trace("run", "run");
       trace.arg("step", call->step);
       trace.arg("replica", r);
       // A GPU replica's device is current on its thread, for users' own kernels.
@@ -203,10 +206,13 @@ void Strategy::execute(Body body, void* ctx) {
     ts.replica = saved;
     self->rt_->group.finish(r);
   };
-  if (rt_->pool)
+  if (rt_->pool) {
     rt_->pool->execute(task, &call);
-  else
+  } else {
+    const std::int64_t begin = detail::timeline::enabled() ? detail::timeline::now_ticks() : -1;
     task(&call, 0);
+    detail::timeline::commit_deferred(begin);
+  }
   if (rt_->first_failure) {
     if (rt_->workers) rt_->workers->local_failure(rt_->first_failure);
     std::rethrow_exception(std::exchange(rt_->first_failure, nullptr));

@@ -22,6 +22,7 @@
 #include "mirrored/errors.hpp"
 #include "mirrored/timeline.hpp"
 #include "util/log.hpp"
+#include "util/spin.hpp"
 #include "util/timeline_file.hpp"
 
 namespace mirrored::detail::timeline {
@@ -51,6 +52,9 @@ struct Ring {
 
   Record records[kRingCapacity];
   alignas(64) std::atomic<std::uint64_t> head{0};  // written by the owner
+  // The owner has ended a deferred span of this session and not appended it yet (`stop` waits for
+  // it). On the head's line: only the owner writes either.
+  std::atomic<bool> deferred_sealed{false};
   alignas(64) std::atomic<std::uint64_t> tail{0};  // written by the consumer
   std::atomic<bool> owner_exited{false};
   const std::uint64_t session;
@@ -62,8 +66,11 @@ struct Ring {
 // `SlotOwner` frees it when the thread exits.
 struct ThreadSlot {
   std::shared_ptr<Ring> ring;
-  std::uint64_t session = 0;  // the session `ring` belongs to
-  std::string name;           // set by name_this_thread
+  std::uint64_t session = 0;           // the session `ring` belongs to
+  std::string name;                    // set by name_this_thread
+  Record deferred;                     // the open deferred span (open_deferred)
+  std::uint64_t deferred_session = 0;  // its session; 0: none open
+  std::int64_t deferred_end = 0;       // where the last deferred span ended (ticks); 0: none yet
 };
 thread_local ThreadSlot* t_slot = nullptr;
 thread_local bool t_exited = false;  // after SlotOwner's destructor: record nothing more
@@ -297,6 +304,28 @@ void drain_full(Ring& r) noexcept {
   discard_locked(r);
 }
 
+// Deferred spans sealed before the stop are appended by their threads after those have signalled
+// others (a replica's run, once the caller has been told the replica is done): the caller may stop
+// the timeline at once. Waits for them, but not past a bound: a thread that stalls that long loses
+// its span, not the file. Spans still open (work still going on) are not waited for, as a `Scope`
+// that has not ended is not.
+constexpr std::chrono::seconds kDeferredSpanWait{1};
+
+void wait_for_deferred_spans(Session& s) {
+  std::vector<std::shared_ptr<Ring>> rings;
+  {
+    std::lock_guard lock(recorder().mu);
+    rings = s.rings;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + kDeferredSpanWait;
+  for (const auto& ring : rings) {
+    Backoff backoff;
+    while (ring->deferred_sealed.load(std::memory_order_acquire) &&
+           !ring->owner_exited.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < deadline)
+      backoff.pause();
+  }
+}
+
 void stop_at_exit() noexcept {
   try {
     mirrored::timeline::stop();
@@ -420,6 +449,56 @@ void record(std::uint64_t session, Record& event) noexcept {
   if (h + 1 - r.tail.load(std::memory_order_relaxed) == kRingCapacity / 2) recorder().wake.notify_one();
 }
 
+Record* open_deferred(const char* name, const char* category) noexcept {
+  if (!enabled()) return nullptr;
+  const std::uint64_t session = current_session();
+  if (session == 0) return nullptr;
+  ThreadSlot* me = t_slot;
+  if (!me || me->session != session) {
+    // The ring is made now, not when the span is appended: `stop` finds a sealed span through it.
+    try {
+      me = attach(session);
+    } catch (...) {
+      me = nullptr;
+    }
+    if (!me) return nullptr;
+  }
+  if (me->deferred_session != 0) commit_deferred(-1);  // one left open (not expected): it ends here
+  Record& d = me->deferred;
+  d.name = name;
+  d.category = category;
+  d.text = nullptr;
+  d.num_args = 0;
+  me->deferred_session = session;
+  return &d;
+}
+
+bool deferred_open() noexcept { return t_slot && t_slot->deferred_session != 0; }
+
+void seal_deferred() noexcept {
+  ThreadSlot* me = t_slot;
+  // Relaxed: whoever waits for this thread's signal, which comes next, sees it with that signal.
+  if (me && me->deferred_session != 0 && me->deferred_session == me->session)
+    me->ring->deferred_sealed.store(true, std::memory_order_relaxed);
+}
+
+void commit_deferred(std::int64_t begin) noexcept {
+  ThreadSlot* me = t_slot;
+  if (!me || me->deferred_session == 0) return;
+  const std::int64_t end = now_ticks();
+  // A span begins no earlier than the thread's previous one ended: spans of one thread must not
+  // overlap, and a replica may be handed its next run before it has stamped the end of the last
+  // (it stamps after signalling).
+  if (begin < 0 || begin > end) begin = end;
+  me->deferred.begin = std::max(begin, std::min(me->deferred_end, end));
+  me->deferred.end = me->deferred_end = end;
+  const std::uint64_t session = std::exchange(me->deferred_session, 0);
+  record(session, me->deferred);
+  // The ring is still the span's unless its session ended without waiting for it (`stop`'s bound
+  // passed) and a later one began on this thread; that ring's flag no longer matters.
+  if (me->session == session) me->ring->deferred_sealed.store(false, std::memory_order_release);
+}
+
 void Scope::path(const std::string& value) {
   if (session_ == 0 || event_.text) return;
   event_.text = new std::string(value);
@@ -484,6 +563,7 @@ void stop() {
   }
   rec.wake.notify_all();
   s->writer.join();
+  detail::timeline::wait_for_deferred_spans(*s);
   std::unique_ptr<detail::timeline::Session> done;
   {
     std::lock_guard lock(rec.mu);

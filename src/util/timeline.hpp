@@ -135,6 +135,41 @@ class Scope {
   Record event_;  // set only when session_ != 0
 };
 
+/// Opens the calling thread's deferred span and returns its record (for arguments), or null while no
+/// timeline is recorded. Reads no clock. For work whose thread signals another when it ends and
+/// whose start is stamped elsewhere: `seal_deferred` just before the signal, `commit_deferred(begin)`
+/// after it stamps the end and appends the span, so neither the clock read nor the append delays
+/// the thread that waits. A replica's run is the one user: the pool stamps the hand-out (while the
+/// replicas wake) and commits each replica's span once that replica has told the caller it is
+/// done. One per thread: opening another commits the first.
+Record* open_deferred(const char* name, const char* category) noexcept;
+/// Whether the calling thread has an open deferred span.
+bool deferred_open() noexcept;
+/// The calling thread's open deferred span has ended and will be committed: `stop`, from now on,
+/// waits for it (up to a second). An open span that is not sealed is no more waited for than a
+/// `Scope` that has not ended.
+void seal_deferred() noexcept;
+/// Ends the calling thread's deferred span now and appends it, beginning at `begin` (ticks), or
+/// where the thread's previous deferred span ended if that is later (spans of one thread do not
+/// overlap); a negative `begin`, or one after the end, makes it begin at its end.
+void commit_deferred(std::int64_t begin) noexcept;
+
+/// `open_deferred` as a handle for arguments. Its destructor does nothing: the span lasts until
+/// `commit_deferred`. Names and keys must be static, as for `Scope`.
+class DeferredSpan {
+ public:
+  DeferredSpan(const char* name, const char* category) noexcept : event_(open_deferred(name, category)) {}
+  DeferredSpan(const DeferredSpan&) = delete;
+  DeferredSpan& operator=(const DeferredSpan&) = delete;
+  /// Adds an integer argument (beyond kMaxArgs they are dropped).
+  void arg(const char* key, std::int64_t value) noexcept {
+    if (event_ && event_->num_args < kMaxArgs) event_->args[event_->num_args++] = Arg{key, nullptr, value};
+  }
+
+ private:
+  Record* event_;
+};
+
 /// Names the calling thread in the timeline ("replica 0 (CPU:0)", "prefetch"): a metadata event of
 /// every timeline this thread records into. Costs a string copy; call it once per thread.
 void name_this_thread(std::string name) noexcept;

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -292,6 +293,88 @@ TEST_F(TimelineTest, TimesAreSteadyClockNanosecondsAcrossWriterRounds) {
   EXPECT_NE(trace.enclosing(*inner[0], "outer"), nullptr);
   EXPECT_GE(last[0]->ts_ns - outer[0]->ts_ns, ns(gap) - 2'000'000);
   EXPECT_LE(last[0]->ts_ns - outer[0]->ts_ns, ns(gap) + 2'000'000);
+}
+
+TEST_F(TimelineTest, EachReplicasRunsFollowOneAnotherInStepOrder) {
+  // A run's event begins when the run is handed out and ends after the replica has signalled its
+  // end, and the next run may be handed out before that: a replica's events must still not overlap.
+  constexpr int kReplicas = 2, kRuns = 300;
+  MirroredStrategy strategy(cpus(kReplicas));
+  const std::string path = file("steps.json");
+  timeline::start(path);
+  for (int i = 0; i < kRuns; ++i) strategy.run([] {});
+  timeline::stop();
+  const Trace trace(path);
+  std::map<int64_t, std::vector<const Event*>> by_tid;
+  for (const Event* e : trace.named("run")) by_tid[e->tid].push_back(e);
+  ASSERT_EQ(by_tid.size(), std::size_t{kReplicas});
+  for (auto& [tid, runs] : by_tid) {
+    ASSERT_EQ(runs.size(), std::size_t{kRuns});
+    std::sort(runs.begin(), runs.end(), [](const Event* a, const Event* b) { return a->arg("step") < b->arg("step"); });
+    for (int i = 1; i < kRuns; ++i) {
+      EXPECT_GE(runs[i]->ts_ns, runs[i - 1]->ts_ns + runs[i - 1]->dur_ns)
+          << "run " << runs[i]->arg("step") << " begins before run " << runs[i - 1]->arg("step") << " ends";
+    }
+  }
+}
+
+TEST_F(TimelineTest, StopWaitsForADeferredSpanSealedBeforeIt) {
+  // A replica's run is appended after the replica has told the caller it is done; the caller may
+  // stop the timeline straight away. Here the thread appends 100 ms after its signal.
+  const std::string path = file("deferred.json");
+  timeline::start(path);
+  std::atomic<bool> opened{false};
+  std::thread t([&] {
+    const std::int64_t begin = detail::timeline::now_ticks();
+    detail::timeline::DeferredSpan span("late", "test");
+    span.arg("k", 7);
+    { detail::timeline::Scope inner("inner", "test"); }
+    detail::timeline::seal_deferred();
+    opened.store(true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_TRUE(detail::timeline::deferred_open());
+    detail::timeline::commit_deferred(begin);
+    EXPECT_FALSE(detail::timeline::deferred_open());
+  });
+  while (!opened.load()) std::this_thread::yield();
+  timeline::stop();
+  t.join();
+  const Trace trace(path);
+  trace.check_nesting();
+  const auto late = trace.named("late");
+  ASSERT_EQ(late.size(), 1u) << "stop waited for the span sealed before it";
+  EXPECT_EQ(late[0]->arg("k"), 7);
+  EXPECT_GE(late[0]->dur_ns, 100'000'000);
+  ASSERT_EQ(trace.named("inner").size(), 1u);
+  EXPECT_NE(trace.enclosing(*trace.named("inner")[0], "late"), nullptr);
+}
+
+TEST_F(TimelineTest, ASealedSpanNeverAppendedHoldsStopForItsBoundOnly) {
+  const std::string path = file("abandoned.json");
+  timeline::start(path);
+  std::atomic<bool> opened{false}, stopped{false};
+  std::thread t([&] {
+    const std::int64_t begin = detail::timeline::now_ticks();
+    detail::timeline::DeferredSpan span("abandoned", "test");
+    detail::timeline::seal_deferred();
+    opened.store(true);
+    while (!stopped.load()) std::this_thread::yield();
+    detail::timeline::commit_deferred(begin);  // after the stop: goes nowhere, harmlessly
+    // The thread records into the next timeline as usual; a span whose beginning is not known
+    // begins at its end.
+    timeline::start(file("next.json"));
+    { detail::timeline::DeferredSpan next("next", "test"); }
+    detail::timeline::commit_deferred(-1);
+    timeline::stop();
+  });
+  while (!opened.load()) std::this_thread::yield();
+  timeline::stop();  // gives up on the span after its bound (1 s)
+  stopped.store(true);
+  t.join();
+  EXPECT_TRUE(Trace(path).named("abandoned").empty());
+  const Trace next(file("next.json"));
+  ASSERT_EQ(next.named("next").size(), 1u);
+  EXPECT_EQ(next.named("next")[0]->dur_ns, 0);
 }
 
 TEST_F(TimelineTest, OffRecordsNothing) {
