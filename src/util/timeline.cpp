@@ -419,18 +419,27 @@ std::int64_t now_ns() noexcept {
       .count();
 }
 
-void record(std::uint64_t session, Record& event) noexcept {
+namespace {
+
+// This thread's slot with a ring of `session` (made on the thread's first event of it); null when
+// that session is over or no memory was left for the ring.
+ThreadSlot* slot_for(std::uint64_t session) noexcept {
   ThreadSlot* me = t_slot;
-  if (!me || me->session != session) {
-    try {
-      me = attach(session);
-    } catch (...) {
-      me = nullptr;
-    }
-    if (!me) {
-      delete std::exchange(event.text, nullptr);
-      return;
-    }
+  if (me && me->session == session) return me;
+  try {
+    return attach(session);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+void record(std::uint64_t session, Record& event) noexcept {
+  ThreadSlot* me = slot_for(session);
+  if (!me) {
+    delete std::exchange(event.text, nullptr);
+    return;
   }
   Ring& r = *me->ring;
   const std::uint64_t h = r.head.load(std::memory_order_relaxed);
@@ -453,16 +462,9 @@ Record* open_deferred(const char* name, const char* category) noexcept {
   if (!enabled()) return nullptr;
   const std::uint64_t session = current_session();
   if (session == 0) return nullptr;
-  ThreadSlot* me = t_slot;
-  if (!me || me->session != session) {
-    // The ring is made now, not when the span is appended: `stop` finds a sealed span through it.
-    try {
-      me = attach(session);
-    } catch (...) {
-      me = nullptr;
-    }
-    if (!me) return nullptr;
-  }
+  // The ring is made now, not when the span is appended: `stop` finds a sealed span through it.
+  ThreadSlot* me = slot_for(session);
+  if (!me) return nullptr;
   if (me->deferred_session != 0) commit_deferred(-1);  // one left open (not expected): it ends here
   Record& d = me->deferred;
   d.name = name;
