@@ -57,10 +57,14 @@ void ReplicaPool::execute(Task task, void* ctx) {
 std::int64_t ReplicaPool::dispatch_ticks(uint32_t epoch) const noexcept {
   const Dispatch& d = dispatch_[epoch % 2];
   // The caller stamps right after the hand-out; only a caller preempted in between (or a timeline
-  // that started during the hand-out) leaves it unstamped for longer.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-  for (Backoff backoff; d.epoch.load(std::memory_order_acquire) != epoch; backoff.pause())
-    if (std::chrono::steady_clock::now() >= deadline) return -1;
+  // that started during the hand-out) leaves it unstamped for longer. A replica that began its part
+  // before the stamp gets a run event that begins no later than what it recorded inside
+  // (`commit_deferred`).
+  if (d.epoch.load(std::memory_order_acquire) != epoch) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    for (Backoff backoff; d.epoch.load(std::memory_order_acquire) != epoch; backoff.pause())
+      if (std::chrono::steady_clock::now() >= deadline) return -1;
+  }
   return d.ticks;
 }
 

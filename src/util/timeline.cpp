@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -71,6 +72,7 @@ struct ThreadSlot {
   Record deferred;                     // the open deferred span (open_deferred)
   std::uint64_t deferred_session = 0;  // its session; 0: none open
   std::int64_t deferred_end = 0;       // where the last deferred span ended (ticks); 0: none yet
+  std::int64_t deferred_first = 0;     // the earliest beginning of an event recorded inside it
 };
 thread_local ThreadSlot* t_slot = nullptr;
 thread_local bool t_exited = false;  // after SlotOwner's destructor: record nothing more
@@ -441,6 +443,7 @@ void record(std::uint64_t session, Record& event) noexcept {
     delete std::exchange(event.text, nullptr);
     return;
   }
+  if (me->deferred_session != 0) me->deferred_first = std::min(me->deferred_first, event.begin);
   Ring& r = *me->ring;
   const std::uint64_t h = r.head.load(std::memory_order_relaxed);
   if (h - r.tail.load(std::memory_order_acquire) >= kRingCapacity) drain_full(r);
@@ -472,6 +475,7 @@ Record* open_deferred(const char* name, const char* category) noexcept {
   d.text = nullptr;
   d.num_args = 0;
   me->deferred_session = session;
+  me->deferred_first = std::numeric_limits<std::int64_t>::max();
   return &d;
 }
 
@@ -488,10 +492,12 @@ void commit_deferred(std::int64_t begin) noexcept {
   ThreadSlot* me = t_slot;
   if (!me || me->deferred_session == 0) return;
   const std::int64_t end = now_ticks();
-  // A span begins no earlier than the thread's previous one ended: spans of one thread must not
-  // overlap, and a replica may be handed its next run before it has stamped the end of the last
-  // (it stamps after signalling).
   if (begin < 0 || begin > end) begin = end;
+  // It begins no later than the events recorded inside it (a replica may start its part before the
+  // caller has stamped the hand-out), and no earlier than the thread's previous span ended (a
+  // replica may be handed its next run before it has stamped the end of the last): spans of one
+  // thread nest. The events inside began after the previous span ended, so both hold.
+  begin = std::min(begin, me->deferred_first);
   me->deferred.begin = std::max(begin, std::min(me->deferred_end, end));
   me->deferred.end = me->deferred_end = end;
   const std::uint64_t session = std::exchange(me->deferred_session, 0);

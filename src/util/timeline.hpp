@@ -149,9 +149,10 @@ bool deferred_open() noexcept;
 /// waits for it (up to a second). An open span that is not sealed is no more waited for than a
 /// `Scope` that has not ended.
 void seal_deferred() noexcept;
-/// Ends the calling thread's deferred span now and appends it, beginning at `begin` (ticks), or
-/// where the thread's previous deferred span ended if that is later (spans of one thread do not
-/// overlap); a negative `begin`, or one after the end, makes it begin at its end.
+/// Ends the calling thread's deferred span now and appends it, beginning at `begin` (ticks; a
+/// negative one, or one after the end, means its end), but no later than the events the thread
+/// recorded inside it began, and no earlier than the thread's previous deferred span ended: spans
+/// of one thread nest.
 void commit_deferred(std::int64_t begin) noexcept;
 
 /// `open_deferred` as a handle for arguments. Its destructor does nothing: the span lasts until

@@ -349,6 +349,30 @@ TEST_F(TimelineTest, StopWaitsForADeferredSpanSealedBeforeIt) {
   EXPECT_NE(trace.enclosing(*trace.named("inner")[0], "late"), nullptr);
 }
 
+TEST_F(TimelineTest, ADeferredSpanEnclosesTheEventsInsideIt) {
+  // A replica may start its part before the caller has stamped the hand-out: the run event must
+  // still begin no later than the collectives inside it.
+  const std::string path = file("enclose.json");
+  timeline::start(path);
+  {
+    detail::timeline::DeferredSpan span("outer", "test");
+    { detail::timeline::Scope inner("inner", "test"); }
+    const std::int64_t late_stamp = detail::timeline::now_ticks();  // after "inner" began
+    detail::timeline::commit_deferred(late_stamp);
+  }
+  {
+    detail::timeline::DeferredSpan span("unstamped", "test");
+    { detail::timeline::Scope inner("inner2", "test"); }
+    detail::timeline::commit_deferred(-1);
+  }
+  timeline::stop();
+  const Trace trace(path);  // checks that the thread's events nest
+  ASSERT_EQ(trace.named("inner").size(), 1u);
+  EXPECT_NE(trace.enclosing(*trace.named("inner")[0], "outer"), nullptr);
+  ASSERT_EQ(trace.named("inner2").size(), 1u);
+  EXPECT_NE(trace.enclosing(*trace.named("inner2")[0], "unstamped"), nullptr);
+}
+
 TEST_F(TimelineTest, ASealedSpanNeverAppendedHoldsStopForItsBoundOnly) {
   const std::string path = file("abandoned.json");
   timeline::start(path);
@@ -368,8 +392,12 @@ TEST_F(TimelineTest, ASealedSpanNeverAppendedHoldsStopForItsBoundOnly) {
     timeline::stop();
   });
   while (!opened.load()) std::this_thread::yield();
+  const auto t0 = std::chrono::steady_clock::now();
   timeline::stop();  // gives up on the span after its bound (1 s)
+  const auto waited = std::chrono::steady_clock::now() - t0;
   stopped.store(true);
+  EXPECT_GE(waited, std::chrono::milliseconds(900)) << "stop waited for the sealed span";
+  EXPECT_LT(waited, std::chrono::seconds(30)) << "and gave up on it";
   t.join();
   EXPECT_TRUE(Trace(path).named("abandoned").empty());
   const Trace next(file("next.json"));
