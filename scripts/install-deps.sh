@@ -35,6 +35,7 @@ packages=(
   libcli11-dev
   libgloo-dev
   libdlpack-dev  # <mirrored/dlpack.hpp>: DLPack interop (header only)
+  python3  # the layer check (tools/check_layers.py, the tests `layers` and `layers.self_test`)
   # The fuzz preset (make fuzz): clang with libFuzzer and the sanitizer runtimes.
   clang-14
   libclang-rt-14-dev

@@ -15,8 +15,8 @@
 
 #include <mirrored/mirrored.hpp>
 #include "collectives/collective_helpers.hpp"
-#include "gpu/simulated/sim_backend.hpp"
-#include "gpu/simulated/sim_runtime.hpp"
+#include "device/simulated/sim_backend.hpp"
+#include "device/simulated/sim_runtime.hpp"
 
 namespace mirrored::contracts {
 

@@ -128,7 +128,7 @@ class NcclAllReduce : public CrossDeviceOps {
                         const std::vector<Device>& devices, std::vector<std::vector<detail::UntypedTensor>>& outputs,
                         double timeout_s) override;
 
-  struct Impl;  // communicators (src/cuda/nccl/nccl_all_reduce.cpp)
+  struct Impl;  // communicators (src/collectives/nccl/nccl_all_reduce.cpp)
 
  private:
   int num_packs_;

@@ -39,19 +39,15 @@ class Variable;
 
 namespace detail {
 struct StrategyRuntime;  // rendezvous, replica threads, run lock, failure record (src/runtime/)
-class WorkerStage;       // the cross-worker stage of a multi-worker strategy (src/runtime/worker_stage.hpp)
+class WorkerStage;       // the cross-worker stage of a multi-worker strategy (src/collectives/worker_stage.hpp)
 struct UntypedTensor;
 /// Multi-worker strategies: replaces `value` with the chief's (variables take the chief's initial
 /// values); nothing for single-process strategies. Collective across workers.
 void broadcast_initial_value(Strategy& strategy, UntypedTensor& value);
 
-/// Which context the calling thread is in.
-struct ThreadState {
-  ReplicaContext* replica = nullptr;  // inside Strategy::run on a replica thread
-  Strategy* merge = nullptr;          // inside a merge_fn (cross-replica context)
-  std::vector<Strategy*> scopes;      // scopes entered on this thread, innermost last
-};
-ThreadState& thread_state() noexcept;
+/// True while the calling thread runs a replica's function inside `Strategy::run` (for
+/// `Variable`'s constructor, which creates a variable per replica only there).
+bool in_replica_thread() noexcept;
 
 /// The component of a `run` argument for replica `r` (distributed values are unwrapped).
 template <class A>

@@ -261,9 +261,8 @@ inline constexpr bool is_variable_v<Variable<T>> = true;
 
 template <class T>
 Variable<T>::Variable(Tensor<T> initial_value, VariableOptions o) {
-  const auto& ts = detail::thread_state();
   ReplicaContext* replica = get_replica_context();
-  const bool in_replica_of_strategy = ts.replica != nullptr && has_strategy();
+  const bool in_replica_of_strategy = detail::in_replica_thread() && has_strategy();
   Strategy* owner =
       (in_replica_of_strategy || (in_cross_replica_context() && has_strategy())) ? &get_strategy() : nullptr;
   detail::check_variable_options(o, dtype_name(dtype_of<T>()), !is_floating_element_v<T>, owner != nullptr);

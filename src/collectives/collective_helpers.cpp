@@ -2,7 +2,7 @@
 
 #include <memory>
 
-#include "gpu/logical_gpus.hpp"
+#include "device/gpu/logical_gpus.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"
 

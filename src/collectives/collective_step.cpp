@@ -1,7 +1,9 @@
-// The out-of-line part of the public CollectiveStep: everything that touches the rendezvous.
+// The out-of-line part of the public CollectiveStep (everything that touches the rendezvous), and
+// the cross-worker stage's interface, which the steps of a multi-worker strategy pass through.
 #include "mirrored/collective_step.hpp"
 
 #include "collectives/collective_group.hpp"
+#include "collectives/worker_stage.hpp"
 
 namespace mirrored {
 
@@ -16,5 +18,9 @@ bool CollectiveStep::aborted() const noexcept { return group_ != nullptr && grou
 const CollectiveStep::Buffers& CollectiveStep::posted(int r) const {
   return group_ ? *static_cast<const Buffers*>(group_->payload(r)) : *solo_;
 }
+
+namespace detail {
+WorkerStage::~WorkerStage() = default;
+}  // namespace detail
 
 }  // namespace mirrored

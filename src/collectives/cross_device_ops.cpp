@@ -2,12 +2,14 @@
 #include "mirrored/cross_device_ops.hpp"
 
 #include "collectives/ops_selection.hpp"
-#include "gpu/gpu_runtime.hpp"
-#include "gpu/logical_gpus.hpp"
+#include "device/gpu/gpu_runtime.hpp"
+#include "device/gpu/logical_gpus.hpp"
 #include "mirrored/errors.hpp"
 
 namespace mirrored {
 namespace detail {
+
+bool nccl_can_run() noexcept { return nccl_compiled_in() && gpu_runtime().drives_physical_gpus(); }
 
 std::shared_ptr<CrossDeviceOps> select_cross_device_ops(const std::vector<Device>& devices) {
   std::vector<ReplicaPlacement> placements;
@@ -18,9 +20,9 @@ std::shared_ptr<CrossDeviceOps> select_cross_device_ops(const std::vector<Device
     placements.push_back(d.is_host() ? ReplicaPlacement{DeviceType::CPU, -1}
                                      : ReplicaPlacement{DeviceType::GPU, logical_gpu_location(d.index()).first});
   }
-  // NCCL only where the runtime says it can serve the GPUs (not on simulated ones); host-only
-  // strategies never ask the GPU runtime.
-  const bool nccl = any_gpu && gpu_runtime().has_nccl();
+  // NCCL only where it can serve the GPUs (not on simulated ones); host-only strategies never ask
+  // the GPU runtime.
+  const bool nccl = any_gpu && nccl_can_run();
   switch (choose_cross_device_ops(placements, nccl)) {
     case CrossDeviceOpsChoice::in_process_all_reduce: return std::make_shared<InProcessAllReduce>();
     case CrossDeviceOpsChoice::nccl_all_reduce: return std::make_shared<NcclAllReduce>();

@@ -67,6 +67,10 @@ std::shared_ptr<CrossDeviceOps> select_cross_device_ops(const std::vector<Device
 /// (a CUDA build that found NCCL). Whether it can run also needs GPUs.
 bool nccl_compiled_in() noexcept;
 
+/// True when `NcclAllReduce` can run here: NCCL compiled in and the GPU runtime drives physical
+/// GPUs (not simulated ones); the default cross-device ops choose it only then.
+bool nccl_can_run() noexcept;
+
 // ---------------------------------------------------------------------------------------------
 // NcclAllReduce packing (TF's `num_packs`).
 

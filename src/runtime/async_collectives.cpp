@@ -6,10 +6,11 @@
 #include <utility>
 
 #include "collectives/collective_group.hpp"
-#include "gpu/gpu_runtime.hpp"
+#include "device/gpu/gpu_runtime.hpp"
 #include "mirrored/replica_context.hpp"
 #include "runtime/default_strategy.hpp"
 #include "runtime/strategy_runtime.hpp"
+#include "runtime/thread_state.hpp"
 #include "util/exceptions.hpp"
 #include "util/log.hpp"
 

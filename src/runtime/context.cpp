@@ -1,6 +1,8 @@
 // Thread-local context: which strategy and which replica context the calling thread is in.
+#include "device/gpu/gpu_backend.hpp"
 #include "mirrored/replica_context.hpp"
 #include "runtime/default_strategy.hpp"
+#include "runtime/thread_state.hpp"
 
 namespace mirrored {
 namespace detail {
@@ -9,6 +11,18 @@ ThreadState& thread_state() noexcept {
   thread_local ThreadState state;
   return state;
 }
+
+bool in_replica_thread() noexcept { return thread_state().replica != nullptr; }
+
+namespace {
+int current_replica_id() noexcept {
+  const ReplicaContext* ctx = thread_state().replica;
+  return ctx ? ctx->replica_id_in_sync_group() : -1;
+}
+// The device layer names the calling replica in its GPU messages; it knows no replica contexts, so
+// the runtime tells it where to ask, before main (its slot is constant-initialised).
+[[maybe_unused]] const bool replica_id_source_registered = (set_replica_id_source(&current_replica_id), true);
+}  // namespace
 
 DefaultStrategy::DefaultStrategy() : Strategy({cpu0}, nullptr) {}
 

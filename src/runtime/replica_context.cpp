@@ -7,10 +7,11 @@
 #include <typeinfo>
 
 #include "collectives/collective_helpers.hpp"
+#include "collectives/worker_stage.hpp"
 #include "runtime/default_strategy.hpp"
 #include "runtime/nest_structure.hpp"
 #include "runtime/strategy_runtime.hpp"
-#include "runtime/worker_stage.hpp"
+#include "runtime/thread_state.hpp"
 #include "util/exceptions.hpp"
 #include "util/timeline.hpp"
 

@@ -5,12 +5,13 @@
 
 #include "collectives/collective_helpers.hpp"
 #include "collectives/ops_selection.hpp"
-#include "gpu/gpu_runtime.hpp"
+#include "collectives/worker_stage.hpp"
+#include "device/gpu/gpu_runtime.hpp"
 #include "mirrored/replica_context.hpp"
 #include "runtime/default_strategy.hpp"
 #include "runtime/nest_structure.hpp"
 #include "runtime/strategy_runtime.hpp"
-#include "runtime/worker_stage.hpp"
+#include "runtime/thread_state.hpp"
 #include "util/exceptions.hpp"
 #include "util/log.hpp"
 #include "util/timeline.hpp"
@@ -69,7 +70,6 @@ int StrategyExtended::num_workers() const noexcept { return s_.num_workers_; }
 int StrategyExtended::worker_index() const noexcept { return s_.worker_index_; }
 
 namespace detail {
-WorkerStage::~WorkerStage() = default;
 
 void broadcast_initial_value(Strategy& strategy, UntypedTensor& value) {
   if (WorkerStage* workers = strategy.rt_->workers.get()) {

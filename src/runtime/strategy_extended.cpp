@@ -1,6 +1,6 @@
 // StrategyExtended's compiled parts: cross-replica reductions onto destinations, packed.
 #include "collectives/packing.hpp"
-#include "gpu/logical_gpus.hpp"
+#include "device/gpu/logical_gpus.hpp"
 #include "mirrored/strategy.hpp"
 #include "runtime/strategy_runtime.hpp"
 #include "util/timeline.hpp"

@@ -8,9 +8,9 @@
 #include <mutex>
 
 #include "collectives/collective_group.hpp"
+#include "collectives/worker_stage.hpp"
 #include "runtime/async_collectives.hpp"
 #include "runtime/replica_pool.hpp"
-#include "runtime/worker_stage.hpp"
 
 namespace mirrored::detail {
 

@@ -1,5 +1,5 @@
 #pragma once
-// Private: the JSON header of checkpoint files (see src/checkpoint_header.cpp).
+// Private: the JSON header of checkpoint files (see checkpoint_header.cpp).
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -1,6 +1,7 @@
 #include "mirrored/variable.hpp"
 
 #include "runtime/default_strategy.hpp"
+#include "runtime/thread_state.hpp"
 
 namespace mirrored {
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "runtime/default_strategy.hpp"
+#include "runtime/thread_state.hpp"
 
 namespace mirrored::checkpoint {
 namespace {

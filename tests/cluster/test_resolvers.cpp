@@ -6,7 +6,7 @@
 
 #include <mirrored/mirrored.hpp>
 
-#include "cluster/tf_config.hpp"
+#include "cluster/resolvers/tf_config.hpp"
 
 namespace mirrored {
 namespace {

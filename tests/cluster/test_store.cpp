@@ -10,9 +10,9 @@
 #include <fstream>
 #include <thread>
 
+#include "cluster/net/socket.hpp"
 #include "cluster/process_harness.hpp"
-#include "cluster/socket.hpp"
-#include "cluster/tcp_store.hpp"
+#include "cluster/store/tcp_store.hpp"
 #include "mirrored/errors.hpp"
 
 namespace mirrored::detail::cluster {

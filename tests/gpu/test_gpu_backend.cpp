@@ -21,14 +21,14 @@
 #endif
 
 #include "conformance.hpp"
+#include "device/gpu/gpu_runtime.hpp"
+#include "device/simulated/sim_backend.hpp"
+#include "device/simulated/sim_runtime.hpp"
 #include "device_contracts.hpp"
 #include "digits/train.hpp"
-#include "gpu/gpu_runtime.hpp"
-#include "gpu/simulated/sim_backend.hpp"
-#include "gpu/simulated/sim_runtime.hpp"
 #include "harness.hpp"
 #if MIRRORED_HAVE_CUDA
-#include "cuda/cuda_backend.hpp"
+#include "device/cuda/cuda_backend.hpp"
 #endif
 
 namespace mirrored {
@@ -98,8 +98,7 @@ TEST_F(Gpu, DefaultStrategyTakesEveryGpu) {
   MirroredStrategy s;
   EXPECT_EQ(s.extended().worker_devices(), list_logical_devices(DeviceType::GPU));
   // Distinct physical GPUs: NCCL when it can serve them (a build with NCCL, real GPUs).
-  EXPECT_EQ(s.extended().cross_device_ops().name(),
-            detail::gpu_runtime().has_nccl() ? "NcclAllReduce" : "ReductionToOneDevice");
+  EXPECT_EQ(s.extended().cross_device_ops().name(), detail::nccl_can_run() ? "NcclAllReduce" : "ReductionToOneDevice");
 }
 
 TEST_F(Gpu, TrainingOnAGpuGivesTheHostsWeights) {

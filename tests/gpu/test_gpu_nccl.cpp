@@ -15,7 +15,7 @@
 #include "collectives/ops_selection.hpp"
 
 #include "conformance.hpp"
-#include "gpu/gpu_runtime.hpp"
+#include "device/gpu/gpu_runtime.hpp"
 #include "harness.hpp"
 
 namespace mirrored {
@@ -42,7 +42,7 @@ class Nccl : public MultiGpu {
   void SetUp() override {
     MultiGpu::SetUp();
     if (IsSkipped()) return;
-    if (!detail::gpu_runtime().has_nccl())
+    if (!detail::nccl_can_run())
       GTEST_SKIP() << "NCCL cannot serve these GPUs (" << detail::gpu_runtime().name() << " runtime, NCCL "
                    << (detail::nccl_compiled_in() ? "compiled in" : "not compiled in") << ")";
   }

@@ -23,7 +23,7 @@
 #endif
 
 #include "conformance.hpp"
-#include "gpu/gpu_runtime.hpp"
+#include "device/gpu/gpu_runtime.hpp"
 #include "harness.hpp"
 
 namespace mirrored {
@@ -43,7 +43,7 @@ class NcclOneRank : public ::testing::Test {
  protected:
   void SetUp() override {
     if (list_logical_devices(DeviceType::GPU).empty()) GTEST_SKIP() << "no GPU visible to this process";
-    if (!detail::gpu_runtime().has_nccl())
+    if (!detail::nccl_can_run())
       GTEST_SKIP() << "NCCL cannot serve these GPUs (" << detail::gpu_runtime().name() << " runtime, NCCL "
                    << (detail::nccl_compiled_in() ? "compiled in" : "not compiled in") << ")";
   }

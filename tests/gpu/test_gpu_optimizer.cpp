@@ -12,8 +12,8 @@
 
 #include <mirrored/mirrored.hpp>
 
+#include "device/gpu/gpu_runtime.hpp"
 #include "digits/train.hpp"
-#include "gpu/gpu_runtime.hpp"
 
 namespace mirrored {
 namespace {

@@ -25,9 +25,9 @@
 
 #include <mirrored/mirrored.hpp>
 #include "collectives/ops_selection.hpp"
-#include "cuda/cuda_backend.hpp"
-#include "gpu/gpu_backend.hpp"
-#include "gpu/gpu_runtime.hpp"
+#include "device/cuda/cuda_backend.hpp"
+#include "device/gpu/gpu_backend.hpp"
+#include "device/gpu/gpu_runtime.hpp"
 
 #include "harness.hpp"
 

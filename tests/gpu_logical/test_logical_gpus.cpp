@@ -18,12 +18,12 @@
 #endif
 
 #include "conformance.hpp"
+#include "device/gpu/gpu_runtime.hpp"
+#include "device/gpu/logical_gpus.hpp"
+#include "device/simulated/sim_backend.hpp"
+#include "device/simulated/sim_runtime.hpp"
 #include "device_contracts.hpp"
 #include "digits/train.hpp"
-#include "gpu/gpu_runtime.hpp"
-#include "gpu/logical_gpus.hpp"
-#include "gpu/simulated/sim_backend.hpp"
-#include "gpu/simulated/sim_runtime.hpp"
 #include "harness.hpp"
 
 namespace mirrored {

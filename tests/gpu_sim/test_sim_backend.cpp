@@ -14,10 +14,10 @@
 
 #include <mirrored/mirrored.hpp>
 #include "collectives/ops_selection.hpp"
-#include "gpu/gpu_runtime.hpp"
-#include "gpu/logical_gpus.hpp"
-#include "gpu/simulated/sim_backend.hpp"
-#include "gpu/simulated/sim_runtime.hpp"
+#include "device/gpu/gpu_runtime.hpp"
+#include "device/gpu/logical_gpus.hpp"
+#include "device/simulated/sim_backend.hpp"
+#include "device/simulated/sim_runtime.hpp"
 
 #include "gpu_sim/sim_devices.hpp"
 #include "harness.hpp"
@@ -54,7 +54,7 @@ TEST(SimulatedGpu, IsTheProcesssGpuRuntime) {
   auto& rt = detail::gpu_runtime();
   EXPECT_STREQ(rt.name(), "simulated");
   EXPECT_EQ(rt.physical_gpu_count(), 3);
-  EXPECT_FALSE(rt.has_nccl());
+  EXPECT_FALSE(rt.drives_physical_gpus());
   EXPECT_EQ(list_logical_devices(DeviceType::GPU).size(), 4u);
   EXPECT_EQ(detail::logical_gpu_location(1), std::make_pair(0, 1));
   EXPECT_EQ(detail::logical_gpu_location(2), std::make_pair(1, 0));

@@ -1,4 +1,4 @@
-// The simulated GPU's streams and events on their own (src/gpu/simulated/sim_stream.hpp): order,
+// The simulated GPU's streams and events on their own (src/device/simulated/sim_stream.hpp): order,
 // their own thread, waits with deadlines, events like CUDA's, sticky failures.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "gpu/simulated/sim_stream.hpp"
+#include "device/simulated/sim_stream.hpp"
 #include "harness.hpp"
 
 namespace mirrored {

@@ -1,4 +1,4 @@
-// The GPU caching allocator's bookkeeping (src/gpu/caching_allocator.hpp), driven by a fake
+// The GPU caching allocator's bookkeeping (src/device/gpu/caching_allocator.hpp), driven by a fake
 // device with fake streams and events: runs on every machine, GPU or not.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "gpu/caching_allocator.hpp"
+#include "device/gpu/caching_allocator.hpp"
 #include "harness.hpp"
 
 namespace mirrored {

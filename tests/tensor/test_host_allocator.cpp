@@ -1,5 +1,5 @@
 // The host allocator's large-block bookkeeping, which the CUDA part uses to pin the block behind
-// a host tensor once (src/cuda: prefetch to a GPU) and to unpin it before it goes back to the
+// a host tensor once (src/device/cuda: prefetch to a GPU) and to unpin it before it goes back to the
 // system.
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "tensor/host_allocator.hpp"
+#include "device/host/host_allocator.hpp"
 
 namespace mirrored::detail {
 namespace {

@@ -1,0 +1,438 @@
+#include "cluster/coordinator/coordinator.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "cluster/net/socket.hpp"
+#include "cluster/store/tcp_store.hpp"
+#include "cluster/transport/gloo/gloo_transport.hpp"
+#include "cluster/transport/shm/shm_transport.hpp"
+#include "mirrored/errors.hpp"
+#include "util/fnv1a.hpp"
+#include "util/log.hpp"
+
+namespace mirrored::detail::cluster {
+namespace {
+
+constexpr double kMonitorPollSeconds = 0.25;
+// How long a worker whose collective failed waits for the job's cause to be published (the
+// chief's store publishes a dead worker within milliseconds; another worker's timeout at once).
+constexpr double kCauseWaitSeconds = 1.0;
+constexpr double kTimeoutCauseWaitSeconds = 0.2;
+// A worker whose monitor has not polled the chief's store for this long is reported as stopped.
+constexpr double kStaleSeconds = 2.0;
+// After a failure, how long the chief keeps serving the store for the others at most.
+constexpr double kFailureLingerSeconds = 10.0;
+// How much longer the chief waits for the workers at start-up than they wait for each other.
+constexpr double kChiefStartupGraceSeconds = 2.0;
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+std::string read_small_file(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::string default_job_id(const ClusterLayout& layout) {
+  // Workers of the same cluster agree on it without configuration.
+  std::string addresses;
+  for (const auto& a : layout.addresses) addresses += a + ",";
+  uint64_t h = fnv1a(addresses);
+  static const char* hex = "0123456789abcdef";
+  std::string out = "job-";
+  for (int i = 0; i < 12; ++i, h >>= 4) out += hex[h & 15];
+  return out;
+}
+
+}  // namespace
+
+[[noreturn]] void throw_failure(const FailureNotice& notice) {
+  switch (static_cast<ErrorCode>(notice.code)) {
+    case ErrorCode::DEADLINE_EXCEEDED: throw DeadlineExceededError(notice.message);
+    case ErrorCode::FAILED_PRECONDITION: throw FailedPreconditionError(notice.message);
+    case ErrorCode::INVALID_ARGUMENT: throw InvalidArgumentError(notice.message);
+    case ErrorCode::ABORTED: throw AbortedError(notice.message);
+    default: throw UnavailableError(notice.message);
+  }
+}
+
+Coordinator::Coordinator(const ClusterLayout& layout, double timeout_s, int local_replicas, std::string device_kind,
+                         bool allow_shared_memory)
+    : layout_(layout), timeout_s_(timeout_s) {
+  const auto deadline = net::deadline_after(timeout_s);
+  job_id_ = env_or("MIRRORED_JOB_ID", default_job_id(layout_));
+  start_store(timeout_s);
+  meet(deadline, local_replicas, device_kind);
+  const auto [host, port] = net::split_host_port(layout_.addresses[static_cast<std::size_t>(rank())], name(rank()));
+  (void)port;
+  if (auto shm = allow_shared_memory ? make_shm_transport_if_same_host(
+                                           TransportJob{*store_, prefix_, rank(), infos_, layout_.names}, deadline)
+                                     : nullptr) {
+    transport_ = std::move(shm);
+  } else {
+    transport_ = make_gloo_transport(*store_, prefix_, host, rank(), num_workers(), deadline);
+  }
+  MIRRORED_LOG(info, "MultiWorkerMirroredStrategy: ", name(rank()), " joined a job of ", num_workers(), " workers (",
+               store_->describe(), "; cross-worker transport: ", transport_->name(), ")");
+  monitor_ = std::thread([this] { monitor_loop(); });
+}
+
+Coordinator::~Coordinator() { shutdown(); }
+
+void Coordinator::start_store(double timeout_s) {
+  const std::string spec = env_or("MIRRORED_STORE", "tcp");
+  std::string generation;
+  if (spec.rfind("file:", 0) == 0) {
+    store_ = make_file_store(spec.substr(5));
+    // A shared directory outlives a job: a restarted job must use a new generation (Slurm's
+    // restart count by default) so that it never reads the keys of an earlier attempt.
+    generation = env_or("MIRRORED_JOB_GENERATION", env_or("SLURM_RESTART_COUNT", "0"));
+  } else if (spec == "tcp") {
+    const auto [host, port] = net::split_host_port(layout_.addresses[0], name(0));
+    if (rank() == 0) server_ = std::make_unique<StoreServer>(host, port, job_id_, layout_.names);
+    std::unique_ptr<TcpStoreClient> client;
+    try {
+      client = std::make_unique<TcpStoreClient>(host, port, job_id_, rank(), TcpStoreClient::Role::request, timeout_s);
+      monitor_store_ =
+          std::make_unique<TcpStoreClient>(host, port, job_id_, rank(), TcpStoreClient::Role::monitor, timeout_s);
+    } catch (const DeadlineExceededError& e) {
+      throw DeadlineExceededError(str_cat("MultiWorkerMirroredStrategy: ", name(0), " never joined within ", timeout_s,
+                                          " s: ", e.what(),
+                                          " (start-up timeout: CommunicationOptions::timeout_seconds or "
+                                          "MIRRORED_COLLECTIVE_TIMEOUT_S)"));
+    }
+    // The server's generation: a restarted chief has a new one, so no key of an earlier attempt
+    // is ever read.
+    generation = client->generation();
+    tcp_ = client.get();
+    store_ = std::move(client);
+  } else {
+    throw InvalidArgumentError(
+        str_cat("MIRRORED_STORE must be 'tcp' (the chief's store, default) or "
+                "'file:<directory on a shared file system>', got '",
+                spec, "'"));
+  }
+  prefix_ = job_id_ + "/" + generation + "/";
+}
+
+void Coordinator::meet(Clock::time_point deadline, int local_replicas, const std::string& device_kind) {
+  WorkerInfo me;
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  me.hostname = host;
+  me.boot_id = read_small_file("/proc/sys/kernel/random/boot_id");
+  char ns[256] = {};
+  const ssize_t n = readlink("/proc/self/ns/ipc", ns, sizeof(ns) - 1);
+  me.ipc_namespace = n > 0 ? std::string(ns, static_cast<std::size_t>(n)) : "";
+  char pidns[256] = {};
+  const ssize_t m = readlink("/proc/self/ns/pid", pidns, sizeof(pidns) - 1);
+  me.pid_namespace = m > 0 ? std::string(pidns, static_cast<std::size_t>(m)) : "";
+  me.local_replicas = local_replicas;
+  me.device_kind = device_kind;
+  me.pid = static_cast<long>(getpid());
+  store_->set(prefix_ + "join/" + std::to_string(rank()), me.encode());
+
+  std::vector<std::string> keys;
+  for (int w = 0; w < num_workers(); ++w) keys.push_back(prefix_ + "join/" + std::to_string(w));
+  // The chief waits a little longer than the others, so that they (whose store it serves) report
+  // a missing worker themselves before it gives up and its store goes away.
+  const double grace = rank() == 0 && tcp_ ? kChiefStartupGraceSeconds : 0.0;
+  std::vector<std::string> missing;
+  try {
+    missing = store_->wait(keys, net::seconds_until(deadline) + grace);
+  } catch (const UnavailableError& e) {
+    throw UnavailableError(
+        str_cat("MultiWorkerMirroredStrategy: ", name(0), " went away while the workers were starting up: ", e.what()));
+  }
+  if (!missing.empty()) {
+    std::string who;
+    for (const auto& key : missing) {
+      const int w = std::stoi(key.substr(key.rfind('/') + 1));
+      who += str_cat(who.empty() ? "" : ", ", name(w));
+    }
+    throw DeadlineExceededError(str_cat("MultiWorkerMirroredStrategy: ", who, missing.size() == 1 ? " has" : " have",
+                                        " not joined the job within ", timeout_s_,
+                                        " s (start-up timeout: CommunicationOptions::timeout_seconds or "
+                                        "MIRRORED_COLLECTIVE_TIMEOUT_S); ",
+                                        store_->describe()));
+  }
+  for (int w = 0; w < num_workers(); ++w) {
+    auto text = store_->get(keys[static_cast<std::size_t>(w)], 0);
+    infos_.push_back(WorkerInfo::decode(text.value_or("")));
+  }
+  for (int w = 1; w < num_workers(); ++w) {
+    const auto& a = infos_[0];
+    const auto& b = infos_[static_cast<std::size_t>(w)];
+    MIRRORED_ENFORCE(a.local_replicas == b.local_replicas, InvalidArgumentError,
+                     "MultiWorkerMirroredStrategy: ", name(0), " has ", a.local_replicas, " local replicas but ",
+                     name(w), " has ", b.local_replicas, "; every worker must have the same number");
+  }
+}
+
+void Coordinator::monitor_loop() {
+  auto stopping = [&] {
+    std::lock_guard lock(mu_);
+    return stopping_;
+  };
+  int loops = 0;
+  while (!stopping()) {
+    std::optional<std::string> failure;
+    std::vector<std::pair<int, int64_t>> departed;
+    try {
+      if (monitor_store_) {
+        failure = monitor_store_->get(failure_key(prefix_), kMonitorPollSeconds);  // long poll
+        if (!failure) departed = monitor_store_->departed(kMonitorPollSeconds);
+      } else {
+        failure = store_->get(failure_key(prefix_), 0);
+        if (!failure && ++loops % 4 == 0) {
+          for (int w = 0; w < num_workers(); ++w) {
+            if (auto bye = store_->get(prefix_ + "bye/" + std::to_string(w), 0))
+              departed.emplace_back(w, std::stoll(*bye));
+          }
+        }
+        std::unique_lock lock(mu_);
+        stop_cv_.wait_for(lock, std::chrono::duration<double>(kMonitorPollSeconds / 2), [&] { return stopping_; });
+      }
+    } catch (const UnavailableError& e) {
+      if (stopping()) return;
+      fail_locally({static_cast<int>(ErrorCode::UNAVAILABLE),
+                    str_cat(name(0), " is gone: the connection to its store failed (", e.what(), ")")});
+      return;
+    } catch (const std::exception& e) {
+      if (stopping()) return;
+      // The chief's store stopped answering (a stopped or hung chief): collectives still end at
+      // their timeout.
+      MIRRORED_LOG(warn, "MultiWorkerMirroredStrategy: ", name(rank()), " stops watching for failures: ", e.what());
+      return;
+    }
+    if (failure) {
+      fail_locally(decode_failure(*failure));
+      return;
+    }
+    for (const auto& [w, count] : departed) {
+      if (w == rank()) continue;
+      std::lock_guard lock(mu_);
+      bool known = false;
+      for (const auto& d : departed_) known = known || d.first == w;
+      if (!known) departed_.emplace_back(w, count);
+    }
+    const int64_t now = in_flight_.load();
+    for (const auto& [w, count] : departed) {
+      if (w != rank() && now > count) {
+        fail_locally({static_cast<int>(ErrorCode::FAILED_PRECONDITION),
+                      str_cat(name(w), " left the job after ", count,
+                              " cross-worker collectives while this worker waits in collective ", now,
+                              ": the workers made different numbers of collective calls")});
+        return;
+      }
+    }
+  }
+}
+
+void Coordinator::fail_locally(const FailureNotice& notice) {
+  std::function<void()> also;
+  {
+    std::lock_guard lock(mu_);
+    if (!failure_) {
+      failure_ = notice;
+      also = on_failure_;
+    }
+  }
+  if (transport_) transport_->interrupt();
+  if (also) also();
+}
+
+FailureNotice Coordinator::fail(FailureNotice notice) {
+  {
+    std::lock_guard lock(mu_);
+    if (failure_) return *failure_;
+  }
+  try {
+    if (!store_->set_if_absent(failure_key(prefix_), encode_failure(notice))) {
+      if (auto first = published_failure(0)) notice = *first;
+    }
+  } catch (const std::exception&) {
+    // The store is gone as well; this worker reports what it saw.
+  }
+  fail_locally(notice);
+  std::lock_guard lock(mu_);
+  failure_reported_ = true;
+  return *failure_;
+}
+
+std::optional<FailureNotice> Coordinator::published_failure(double wait_s) {
+  try {
+    if (auto v = store_->get(failure_key(prefix_), wait_s)) return decode_failure(*v);
+  } catch (const UnavailableError& e) {
+    // The chief's store is unreachable: the chief is the worker that went away.
+    if (tcp_) {
+      return FailureNotice{static_cast<int>(ErrorCode::UNAVAILABLE),
+                           str_cat(name(0), " is gone: the connection to its store failed (", e.what(), ")")};
+    }
+  } catch (const std::exception&) {
+    // The store does not answer: the caller reports what it saw itself.
+  }
+  return std::nullopt;
+}
+
+std::string Coordinator::describe_stale() {
+  if (!tcp_) return "";
+  try {
+    const auto stale = tcp_->stale_workers(kStaleSeconds, kStaleSeconds);
+    if (stale.empty()) return "";
+    std::string who;
+    for (int w : stale) who += str_cat(who.empty() ? "" : ", ", name(w));
+    return str_cat("; stopped or hung (no sign of life for ", kStaleSeconds, " s): ", who);
+  } catch (const std::exception&) {
+    return str_cat("; the chief's store did not answer either (", name(0), " may be stopped or hung)");
+  }
+}
+
+void Coordinator::collective(const char* what, double timeout_s, const std::function<void(Clock::time_point)>& body) {
+  {
+    std::unique_lock lock(mu_);
+    if (failure_) {
+      if (!failure_reported_) {
+        failure_reported_ = true;
+        FailureNotice n = *failure_;
+        lock.unlock();
+        n.message = str_cat("MultiWorkerMirroredStrategy: ", what, ": ", n.message);
+        throw_failure(n);
+      }
+      throw FailedPreconditionError(str_cat("MultiWorkerMirroredStrategy: ", what,
+                                            " cannot run: the job failed earlier (", failure_->message,
+                                            "); restart every worker to recover"));
+    }
+  }
+  const int64_t seq = seq_.fetch_add(1) + 1;
+  {
+    std::unique_lock lock(mu_);
+    for (const auto& [w, count] : departed_) {
+      if (seq > count) {
+        failure_ = FailureNotice{static_cast<int>(ErrorCode::FAILED_PRECONDITION),
+                                 str_cat(name(w), " left the job after ", count, " cross-worker collectives, so ", what,
+                                         " (collective ", seq,
+                                         ") has no partner there: the workers made different numbers of collective "
+                                         "calls")};
+        failure_reported_ = true;
+        const std::string message = str_cat("MultiWorkerMirroredStrategy: ", what, ": ", failure_->message);
+        lock.unlock();
+        transport_->interrupt();
+        throw FailedPreconditionError(message);
+      }
+    }
+  }
+  in_flight_.store(seq);
+  const auto deadline = net::deadline_after(timeout_s);
+  try {
+    body(deadline);
+  } catch (const TransportError& e) {
+    in_flight_.store(0);
+    fail_collective(what, deadline, timeout_s, e);
+  } catch (...) {
+    in_flight_.store(0);  // a usage error every worker raised alike (the transport is fine)
+    throw;
+  }
+  in_flight_.store(0);
+}
+
+void Coordinator::fail_collective(const char* what, Clock::time_point deadline, double timeout_s,
+                                  const TransportError& error) {
+  std::optional<FailureNotice> notice;
+  {
+    std::lock_guard lock(mu_);
+    notice = failure_;
+  }
+  const bool timed_out = error.timed_out || Clock::now() >= deadline;
+  // A connection that failed has a cause another worker or the chief's store publishes at once; a
+  // timeout is usually this worker's own finding.
+  if (!notice) notice = published_failure(timed_out ? kTimeoutCauseWaitSeconds : kCauseWaitSeconds);
+  if (!notice) {
+    FailureNotice mine;
+    if (timed_out) {
+      mine = {static_cast<int>(ErrorCode::DEADLINE_EXCEEDED),
+              str_cat("a cross-worker collective did not complete within the collective timeout of ", timeout_s,
+                      " s (set CommunicationOptions::timeout_seconds or MIRRORED_COLLECTIVE_TIMEOUT_S)",
+                      describe_stale(), "; seen by ", name(rank()), ": ", error.message)};
+    } else {
+      mine = {static_cast<int>(ErrorCode::UNAVAILABLE),
+              str_cat("a connection between workers failed (seen by ", name(rank()), "): ", error.message)};
+    }
+    // The first failure published is the job's: every worker reports the same cause.
+    try {
+      if (!store_->set_if_absent(failure_key(prefix_), encode_failure(mine))) {
+        if (auto first = published_failure(0)) mine = *first;
+      }
+    } catch (const std::exception&) {
+      // The store is gone as well; report what this worker saw.
+    }
+    notice = mine;
+  }
+  fail_locally(*notice);
+  {
+    std::lock_guard lock(mu_);
+    failure_reported_ = true;
+  }
+  FailureNotice n = *notice;
+  n.message = str_cat("MultiWorkerMirroredStrategy: ", what, ": ", n.message);
+  throw_failure(n);
+}
+
+void Coordinator::shutdown() noexcept {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (monitor_.joinable()) monitor_.join();
+  bool failed;
+  {
+    std::lock_guard lock(mu_);
+    failed = failure_.has_value();
+  }
+  if (!failed && store_) {
+    // Goodbye, then wait until every worker has left: nobody closes a connection that another
+    // worker may still read from, and the chief keeps serving the store until the last one.
+    try {
+      if (tcp_) {
+        tcp_->bye(seq_.load());
+        if (!tcp_->wait_all_gone(timeout_s_))
+          MIRRORED_LOG(warn, "MultiWorkerMirroredStrategy: ", name(rank()),
+                       " leaves before every other worker has (waited ", timeout_s_, " s)");
+      } else {
+        store_->set(prefix_ + "bye/" + std::to_string(rank()), std::to_string(seq_.load()));
+        std::vector<std::string> keys;
+        for (int w = 0; w < num_workers(); ++w) keys.push_back(prefix_ + "bye/" + std::to_string(w));
+        if (!store_->wait(keys, timeout_s_).empty())
+          MIRRORED_LOG(warn, "MultiWorkerMirroredStrategy: ", name(rank()),
+                       " leaves before every other worker has (waited ", timeout_s_, " s)");
+      }
+    } catch (const std::exception& e) {
+      MIRRORED_LOG(warn, "MultiWorkerMirroredStrategy: ", name(rank()), " could not say goodbye: ", e.what());
+    }
+  } else if (server_ && tcp_) {
+    // After a failure the chief's store still tells the others its cause: it stays until they
+    // have gone (their processes exit or their strategies are destroyed), for a while at most.
+    monitor_store_.reset();
+    try {
+      tcp_->wait_all_gone(kFailureLingerSeconds);
+    } catch (const std::exception&) {
+      // Best effort.
+    }
+  }
+  transport_.reset();
+  monitor_store_.reset();
+  tcp_ = nullptr;
+  store_.reset();
+  server_.reset();
+}
+
+}  // namespace mirrored::detail::cluster

@@ -1,0 +1,122 @@
+#pragma once
+// Private: one worker's membership of a multi-worker job. At construction it meets the other
+// workers through the job's store (the chief's TCP store, or a `file:` store) and connects the
+// transport; while it lives it watches for failures; at destruction it says goodbye and waits
+// until every other worker has left too (so that nobody tears down a connection another worker
+// still uses).
+//
+// Failures (docs/multi_worker.md): the first failure of a job is published in the store, so
+// every worker reports the same cause — UnavailableError naming a worker that died,
+// DeadlineExceededError after the collective timeout (naming workers that stopped answering),
+// FailedPreconditionError naming a worker that left early. The worker that sees it fails the
+// collective in flight with it (interrupting the transport), and every later collective fails
+// with FailedPreconditionError: a job is restarted to recover, as in TF.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/resolvers/tf_config.hpp"
+#include "cluster/store/store.hpp"
+#include "cluster/transport/peers.hpp"
+#include "cluster/transport/transport.hpp"
+
+namespace mirrored::detail::cluster {
+
+class StoreServer;
+class TcpStoreClient;
+
+class Coordinator {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  /// Joins the job described by `layout` (which must have at least two workers), waiting up to
+  /// `timeout_s` for every worker. \throws DeadlineExceededError naming the workers that never
+  /// joined; InvalidArgumentError when workers disagree on their number of replicas; what the
+  /// store or transport throws.
+  Coordinator(const ClusterLayout& layout, double timeout_s, int local_replicas, std::string device_kind,
+              bool allow_shared_memory);
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  int num_workers() const noexcept { return layout_.num_workers; }
+  int rank() const noexcept { return layout_.rank; }
+  /// "worker 1 (10.0.0.2:2222)" for rank `w`.
+  const std::string& name(int w) const { return layout_.names[static_cast<std::size_t>(w)]; }
+  const std::vector<WorkerInfo>& workers() const noexcept { return infos_; }
+  WorkerTransport& transport() noexcept { return *transport_; }
+  KeyValueStore& store() noexcept { return *store_; }
+  /// Keys of this job attempt start with this (job id and generation).
+  const std::string& prefix() const noexcept { return prefix_; }
+
+  /// Runs one cross-worker collective: `body(deadline)` moves the bytes through the transport.
+  /// \throws FailedPreconditionError when the job failed earlier (or a worker left before this
+  /// collective); on a failure inside `body`, the job's first failure with its type.
+  void collective(const char* what, double timeout_s, const std::function<void(Clock::time_point)>& body);
+
+  /// Number of collectives made so far.
+  int64_t collectives() const noexcept { return seq_.load(); }
+
+  /// Also called (from any thread, once) when the job fails, after the transport is interrupted:
+  /// for other communication that must stop too (the NCCL communicators). Set before use.
+  void on_failure(std::function<void()> fn) {
+    std::lock_guard lock(mu_);
+    on_failure_ = std::move(fn);
+  }
+  /// Fails the job from outside a `collective` (a failure of the GPU path): publishes `notice`
+  /// unless another failure came first, and returns the job's failure.
+  FailureNotice fail(FailureNotice notice);
+  /// The job's failure as this worker knows it, if any.
+  std::optional<FailureNotice> failure() {
+    std::lock_guard lock(mu_);
+    return failure_;
+  }
+
+ private:
+  void start_store(double timeout_s);
+  void meet(Clock::time_point deadline, int local_replicas, const std::string& device_kind);
+  void monitor_loop();
+  // Records `notice` as this worker's failure (first one wins) and interrupts the transport.
+  void fail_locally(const FailureNotice& notice);
+  [[noreturn]] void fail_collective(const char* what, Clock::time_point deadline, double timeout_s,
+                                    const TransportError& error);
+  std::optional<FailureNotice> published_failure(double wait_s);
+  std::string describe_stale();
+  void shutdown() noexcept;
+
+  ClusterLayout layout_;
+  double timeout_s_;
+  std::string job_id_;
+  std::string prefix_;
+  std::vector<WorkerInfo> infos_;
+  std::unique_ptr<StoreServer> server_;  // on the chief, with the TCP store
+  TcpStoreClient* tcp_ = nullptr;        // store_ when it is the TCP store
+  std::unique_ptr<KeyValueStore> store_;
+  std::unique_ptr<TcpStoreClient> monitor_store_;
+  std::unique_ptr<WorkerTransport> transport_;
+
+  std::atomic<int64_t> seq_{0};
+  std::atomic<int64_t> in_flight_{0};  // the collective in progress (0: none)
+
+  std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::optional<FailureNotice> failure_;           // this worker's view of the job's first failure
+  bool failure_reported_ = false;                  // a collective already threw it
+  std::vector<std::pair<int, int64_t>> departed_;  // (rank, collectives) of workers that left
+  std::function<void()> on_failure_;
+  std::thread monitor_;
+};
+
+/// Throws the error a failure notice describes.
+[[noreturn]] void throw_failure(const FailureNotice& notice);
+
+}  // namespace mirrored::detail::cluster

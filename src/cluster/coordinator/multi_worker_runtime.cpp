@@ -1,0 +1,434 @@
+#include "cluster/coordinator/multi_worker_runtime.hpp"
+
+#include <cstring>
+
+#include "collectives/collective_group.hpp"
+#include "collectives/collective_helpers.hpp"
+#include "collectives/packing.hpp"
+#include "mirrored/detail/device_backend.hpp"
+#include "mirrored/errors.hpp"
+#include "util/exceptions.hpp"
+#include "util/fnv1a.hpp"
+#include "util/timeline.hpp"
+
+namespace mirrored::detail::cluster {
+namespace {
+
+using Deadline = Coordinator::Clock::time_point;
+
+// Errors every worker raises together, from the same exchanged data: the job stays usable.
+class WorkersInvalidArgument : public InvalidArgumentError {
+ public:
+  using InvalidArgumentError::InvalidArgumentError;
+};
+class WorkersFailedPrecondition : public FailedPreconditionError {
+ public:
+  using FailedPreconditionError::FailedPreconditionError;
+};
+
+// A shape check on every worker's shapes: all workers reach the same verdict.
+template <class Fn>
+auto together(Fn fn) {
+  try {
+    return fn();
+  } catch (const InvalidArgumentError& e) {
+    throw WorkersInvalidArgument(e.what());
+  }
+}
+
+std::string describe_leaves(const std::vector<UntypedTensor>& leaves) {
+  std::string out;
+  for (std::size_t i = 0; i < leaves.size(); ++i)
+    out += str_cat(i ? ", " : "", dtype_name(leaves[i].dtype), format_shape(leaves[i].shape));
+  return out.empty() ? "(nothing)" : out;
+}
+
+// The cross-worker stage of a collective on the timeline: "cross_worker", its op and this worker's bytes.
+void trace_stage(timeline::Scope& trace, const char* op, const std::vector<UntypedTensor>& leaves) {
+  if (!trace.active()) return;
+  std::int64_t bytes = 0;
+  for (const auto& t : leaves) bytes += static_cast<std::int64_t>(t.bytes());
+  trace.arg("op", op);
+  trace.arg("bytes", bytes);
+}
+
+// Divides every output by the number of replicas of every worker (MEAN after a SUM).
+void divide_all(const std::vector<UntypedTensor>& outs, int64_t n) {
+  for (const auto& t : outs) {
+    if (!t.numel) continue;
+    auto& be = backend_for(t.device());
+    be.divide(t.dtype, t.data(), t.numel, n);
+    be.synchronize();
+  }
+}
+
+}  // namespace
+
+MultiWorkerRuntime::MultiWorkerRuntime(const ClusterLayout& layout, double timeout_s, const std::vector<Device>& local,
+                                       CommunicationImplementation implementation)
+    : num_workers_(layout.num_workers), rank_(layout.rank) {
+  const bool ring = implementation == CommunicationImplementation::RING;
+  coordinator_ = std::make_unique<Coordinator>(layout, timeout_s, static_cast<int>(local.size()),
+                                               local.at(0).is_host() ? "CPU" : "GPU", !ring);
+  // The GPU path needs every worker: all of them say whether they can take part.
+  Coordinator& c = *coordinator_;
+  const std::string key = c.prefix() + "nccl/possible/";
+  c.store().set(key + std::to_string(rank_), !ring && nccl_world_possible(local) ? "1" : "0");
+  std::vector<std::string> keys;
+  for (int w = 0; w < num_workers_; ++w) keys.push_back(key + std::to_string(w));
+  MIRRORED_ENFORCE(c.store().wait(keys, timeout_s).empty(), DeadlineExceededError,
+                   "MultiWorkerMirroredStrategy: the workers did not agree on their GPU path within ", timeout_s, " s");
+  bool all = true;
+  for (const auto& k : keys) all = all && c.store().get(k, 0).value_or("0") == "1";
+  MIRRORED_ENFORCE(all || implementation != CommunicationImplementation::NCCL, InvalidArgumentError,
+                   "MultiWorkerMirroredStrategy: CommunicationImplementation::NCCL needs every worker's replicas on "
+                   "distinct physical GPUs and a build with NCCL");
+  if (all) {
+    world_ = make_nccl_world_all_reduce(local, rank_, num_workers_, c.store(), c.prefix(), timeout_s);
+    c.on_failure([w = world_.get()] { w->abort(); });
+  }
+}
+
+MultiWorkerRuntime::~MultiWorkerRuntime() { shutdown(); }
+
+void MultiWorkerRuntime::shutdown() {
+  coordinator_.reset();
+  world_.reset();
+}
+
+void MultiWorkerRuntime::local_failure(const std::exception_ptr& error) noexcept {
+  if (!coordinator_ || !error) return;
+  try {
+    std::rethrow_exception(error);
+  } catch (const WorkersInvalidArgument&) {
+    return;
+  } catch (const WorkersFailedPrecondition&) {
+    return;
+  } catch (...) {
+  }
+  if (coordinator_->failure()) return;  // the job failed already; this error is a consequence
+  coordinator_->fail(
+      {static_cast<int>(ErrorCode::ABORTED),
+       str_cat(coordinator_->name(rank_),
+               " failed outside the workers' collectives, so the job was aborted: ", describe_exception(error))});
+}
+
+void MultiWorkerRuntime::rethrow_gpu_failure(const char* what) {
+  try {
+    throw;
+  } catch (const AbortedError&) {
+    // Aborted because the job failed elsewhere: report the job's cause.
+    if (coordinator_) {
+      if (auto f = coordinator_->failure()) {
+        FailureNotice n = *f;
+        n.message = str_cat("MultiWorkerMirroredStrategy: ", what, ": ", n.message);
+        throw_failure(n);
+      }
+    }
+    throw;
+  } catch (const Error& e) {
+    if (!coordinator_) throw;
+    FailureNotice n = coordinator_->fail({static_cast<int>(e.code()), e.what()});
+    n.message = str_cat("MultiWorkerMirroredStrategy: ", what, ": ", n.message);
+    throw_failure(n);
+  }
+}
+
+Coordinator& MultiWorkerRuntime::coordinator() {
+  MIRRORED_ENFORCE(coordinator_, FailedPreconditionError,
+                   "MultiWorkerMirroredStrategy: this worker has left the job (the strategy is being destroyed)");
+  return *coordinator_;
+}
+
+void MultiWorkerRuntime::check_same_call(const std::string& op, const std::string& signature, Deadline deadline) {
+  Coordinator& c = coordinator();
+  const int w_count = c.num_workers();
+  const std::string text = op + ": " + signature;
+  struct Header {
+    uint64_t hash;
+    uint64_t size;
+  } mine{fnv1a(text), text.size()};
+  std::vector<Header> all(static_cast<std::size_t>(w_count));
+  c.transport().all_gather(&mine, all.data(), std::vector<std::size_t>(all.size(), sizeof(Header)), deadline);
+  bool same = true;
+  for (const auto& h : all) same = same && h.hash == all[0].hash && h.size == all[0].size;
+  if (same) return;
+  // They differ: every worker fetches every description, so all of them report the same thing.
+  std::vector<std::size_t> sizes;
+  std::size_t total = 0;
+  for (const auto& h : all) {
+    sizes.push_back(static_cast<std::size_t>(h.size));
+    total += sizes.back();
+  }
+  std::string texts(total, '\0');
+  c.transport().all_gather(text.data(), texts.data(), sizes, deadline);
+  std::vector<std::string> each;
+  std::size_t at = 0;
+  for (std::size_t s : sizes) {
+    each.push_back(texts.substr(at, s));
+    at += s;
+  }
+  for (int w = 1; w < w_count; ++w) {
+    const std::string& a = each[0];
+    const std::string& b = each[static_cast<std::size_t>(w)];
+    if (a == b) continue;
+    const std::string op_a = a.substr(0, a.find(':')), op_b = b.substr(0, b.find(':'));
+    const std::string message =
+        str_cat("MultiWorkerMirroredStrategy: ", c.name(0), " called ", a, " but ", c.name(w), " called ", b);
+    if (op_a != op_b) {
+      throw WorkersFailedPrecondition(message +
+                                      " (some workers made a different number of collective calls, or made them in "
+                                      "a different order)");
+    }
+    throw WorkersInvalidArgument(message);
+  }
+}
+
+void MultiWorkerRuntime::agree(const std::string& op, const std::string& signature, double timeout_s) {
+  coordinator().collective(op.c_str(), timeout_s, [&](Deadline d) { check_same_call(op, signature, d); });
+}
+
+void MultiWorkerRuntime::sum_across(const std::vector<UntypedTensor>& srcs, const std::vector<UntypedTensor>& dsts,
+                                    int64_t bytes_per_pack, Deadline deadline) {
+  WorkerTransport& transport = coordinator().transport();
+  for (const auto& pack : plan_packs(dsts, bytes_per_pack)) {
+    const DType dtype = dsts[pack[0]].dtype;
+    bool direct = pack.size() == 1;
+    for (std::size_t i : pack) direct = direct && srcs[i].device().is_host() && dsts[i].device().is_host();
+    if (direct) {
+      const std::size_t i = pack[0];
+      transport.all_reduce_sum(dtype, srcs[i].data(), dsts[i].data(), dsts[i].numel, deadline);
+      continue;
+    }
+    // Several tensors (or device memory): one contiguous host buffer per pack.
+    int64_t total = 0;
+    for (std::size_t i : pack) total += dsts[i].numel;
+    UntypedTensor staging = make_untyped(dtype, {total}, cpu0);
+    auto* base = static_cast<unsigned char*>(staging.data());
+    std::size_t offset = 0;
+    for (std::size_t i : pack) {
+      copy_between(base + offset, cpu0, srcs[i].data(), srcs[i].device(), srcs[i].bytes());
+      offset += srcs[i].bytes();
+    }
+    transport.all_reduce_sum(dtype, base, base, total, deadline);
+    offset = 0;
+    for (std::size_t i : pack) {
+      copy_between(dsts[i].data(), dsts[i].device(), base + offset, cpu0, dsts[i].bytes());
+      offset += dsts[i].bytes();
+    }
+  }
+}
+
+void MultiWorkerRuntime::all_reduce(ReduceOp op, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group) {
+  const int me = step.replica();
+  const int n = step.num_replicas();
+  const double t = step.timeout_seconds();
+  if (world_ && world_->covers(step)) {
+    // GPU replicas: one NCCL all-reduce over every GPU of every worker, after the same check.
+    if (me == 0) {
+      timeline::Scope trace("cross_worker", "collective");
+      trace_stage(trace, "all_reduce", step.inputs(0));
+      const std::string signature =
+          str_cat(op == ReduceOp::SUM ? "SUM of " : "MEAN of ", describe_leaves(step.inputs(0)));
+      coordinator().collective("all_reduce", t, [&](Deadline d) { check_same_call("all_reduce", signature, d); });
+    }
+    if (group) group->sync(me, t + kLeaderGraceSeconds);
+    try {
+      world_->all_reduce_sum(step);
+    } catch (const Error&) {
+      rethrow_gpu_failure("all_reduce across workers (NCCL)");
+    }
+    if (op == ReduceOp::MEAN) divide_all(step.outputs(me), static_cast<int64_t>(n) * num_workers_);
+    return;
+  }
+  if (n > 1) {
+    // Every local replica's outputs hold the local sum once all of them are through.
+    local.all_reduce(ReduceOp::SUM, step);
+    step.sync();
+  }
+  if (me == 0) {
+    timeline::Scope trace("cross_worker", "collective");
+    trace_stage(trace, "all_reduce", step.inputs(0));
+    const auto& sources = n > 1 ? step.outputs(0) : step.inputs(0);
+    const std::string signature =
+        str_cat(op == ReduceOp::SUM ? "SUM of " : "MEAN of ", describe_leaves(step.inputs(0)));
+    coordinator().collective("all_reduce", t, [&](Deadline d) {
+      check_same_call("all_reduce", signature, d);
+      sum_across(sources, step.outputs(0), step.bytes_per_pack(), d);
+    });
+    // Before the other local replicas copy the result.
+    if (op == ReduceOp::MEAN) divide_all(step.outputs(0), static_cast<int64_t>(n) * num_workers_);
+  }
+  if (group) {
+    group->sync(me, t + kLeaderGraceSeconds);
+    if (me != 0) {
+      const auto& mine = step.outputs(me);
+      const auto& first = step.outputs(0);
+      for (std::size_t i = 0; i < mine.size(); ++i)
+        copy_between(mine[i].data(), mine[i].device(), first[i].data(), first[i].device(), mine[i].bytes());
+    }
+  }
+}
+
+std::vector<Shape> MultiWorkerRuntime::exchange_shapes(const std::vector<const Shape*>& local, std::size_t rank,
+                                                       Deadline deadline) {
+  Coordinator& c = coordinator();
+  std::vector<int64_t> mine;
+  for (const Shape* s : local) mine.insert(mine.end(), s->begin(), s->end());
+  const std::size_t bytes = mine.size() * sizeof(int64_t);
+  std::vector<int64_t> all(mine.size() * static_cast<std::size_t>(c.num_workers()));
+  c.transport().all_gather(mine.data(), all.data(),
+                           std::vector<std::size_t>(static_cast<std::size_t>(c.num_workers()), bytes), deadline);
+  std::vector<Shape> out;
+  const std::size_t count = local.size() * static_cast<std::size_t>(c.num_workers());
+  for (std::size_t k = 0; k < count; ++k)
+    out.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(k * rank),
+                     all.begin() + static_cast<std::ptrdiff_t>((k + 1) * rank));
+  return out;
+}
+
+void MultiWorkerRuntime::gather_across(const UntypedTensor& local_concat, const std::vector<Shape>& shapes,
+                                       int local_replicas, int axis, const UntypedTensor& out, Deadline deadline) {
+  Coordinator& c = coordinator();
+  const std::size_t elem = dtype_size(out.dtype);
+  std::vector<std::size_t> sizes;
+  std::vector<Shape> worker_shapes;
+  for (int w = 0; w < c.num_workers(); ++w) {
+    Shape s = shapes[static_cast<std::size_t>(w * local_replicas)];
+    s[static_cast<std::size_t>(axis)] = 0;
+    for (int r = 0; r < local_replicas; ++r)
+      s[static_cast<std::size_t>(axis)] +=
+          shapes[static_cast<std::size_t>(w * local_replicas + r)][static_cast<std::size_t>(axis)];
+    sizes.push_back(static_cast<std::size_t>(shape_numel(s)) * elem);
+    worker_shapes.push_back(std::move(s));
+  }
+  UntypedTensor host_local = local_concat;
+  if (!local_concat.device().is_host()) {
+    host_local = make_untyped(local_concat.dtype, local_concat.shape, cpu0);
+    copy_between(host_local.data(), cpu0, local_concat.data(), local_concat.device(), local_concat.bytes());
+  }
+  if (axis == 0 && out.device().is_host()) {
+    // Along the first axis the global result is the workers' results one after the other.
+    c.transport().all_gather(host_local.data(), out.data(), sizes, deadline);
+    return;
+  }
+  std::size_t total = 0;
+  for (auto s : sizes) total += s;
+  UntypedTensor staging = make_untyped(DType::uint8, {static_cast<int64_t>(total)}, cpu0);
+  c.transport().all_gather(host_local.data(), staging.data(), sizes, deadline);
+  std::vector<UntypedTensor> parts;
+  std::size_t at = 0;
+  for (int w = 0; w < c.num_workers(); ++w) {
+    parts.push_back(make_untyped(out.dtype, worker_shapes[static_cast<std::size_t>(w)], cpu0));
+    if (sizes[static_cast<std::size_t>(w)])
+      std::memcpy(parts.back().data(), static_cast<unsigned char*>(staging.data()) + at,
+                  sizes[static_cast<std::size_t>(w)]);
+    at += sizes[static_cast<std::size_t>(w)];
+  }
+  std::vector<const UntypedTensor*> ptrs;
+  for (const auto& p : parts) ptrs.push_back(&p);
+  concat_into(ptrs, axis, out);
+}
+
+void MultiWorkerRuntime::all_gather(int axis, CrossDeviceOps& /*local*/, CollectiveStep& step, CollectiveGroup* group,
+                                    std::vector<UntypedTensor>& outs) {
+  const int me = step.replica();
+  const int n = step.num_replicas();
+  const double t = step.timeout_seconds();
+  const UntypedTensor& in = step.inputs(me)[0];
+  if (me == 0) {
+    timeline::Scope trace("cross_worker", "collective");
+    trace_stage(trace, "all_gather", step.inputs(0));
+    const UntypedTensor& first = step.inputs(0)[0];
+    const std::string signature =
+        str_cat("axis ", axis, ", ", dtype_name(first.dtype), " of rank ", first.shape.size());
+    coordinator().collective("all_gather", t, [&](Deadline d) {
+      check_same_call("all_gather", signature, d);
+      std::vector<const Shape*> local_shapes;
+      std::vector<const UntypedTensor*> local_parts;
+      for (int r = 0; r < n; ++r) {
+        local_parts.push_back(&step.inputs(r)[0]);
+        local_shapes.push_back(&step.inputs(r)[0].shape);
+      }
+      // Every worker checks every replica's shape (the signature made sure the ranks agree across
+      // workers, so the exchange has one size), so all of them raise the same error, if any.
+      const std::vector<Shape> shapes = exchange_shapes(local_shapes, first.shape.size(), d);
+      std::vector<const Shape*> ptrs;
+      for (const auto& s : shapes) ptrs.push_back(&s);
+      int a = axis;
+      const Shape global = together([&] { return concat_shape("all_gather", ptrs, a); });
+      int local_axis = axis;
+      const Shape local_shape = concat_shape("all_gather", local_shapes, local_axis);
+      UntypedTensor local_concat = make_untyped(first.dtype, local_shape, cpu0);
+      concat_into(local_parts, a, local_concat);
+      outs.push_back(make_untyped(in.dtype, global, in.device()));
+      gather_across(local_concat, shapes, n, a, outs.back(), d);
+    });
+  }
+  if (group) {
+    group->sync(me, t + kLeaderGraceSeconds);
+    if (me != 0) {
+      const UntypedTensor& first = step.outputs(0)[0];
+      outs.push_back(make_untyped(in.dtype, first.shape, in.device()));
+      copy_between(outs.back().data(), outs.back().device(), first.data(), first.device(), first.bytes());
+    }
+  }
+}
+
+void MultiWorkerRuntime::sum(std::vector<UntypedTensor>& tensors, std::vector<int64_t>& counts, double timeout_s) {
+  timeline::Scope trace("cross_worker", "collective");
+  trace_stage(trace, "reduce", tensors);
+  coordinator().collective("reduce", timeout_s, [&](Deadline d) {
+    sum_across(tensors, tensors, 0, d);
+    if (!counts.empty())
+      coordinator().transport().all_reduce_sum(DType::int64, counts.data(), counts.data(),
+                                               static_cast<int64_t>(counts.size()), d);
+  });
+}
+
+UntypedTensor MultiWorkerRuntime::gather(const std::vector<UntypedTensor>& local_parts, int axis, double timeout_s) {
+  timeline::Scope trace("cross_worker", "collective");
+  trace_stage(trace, "gather", local_parts);
+  UntypedTensor out;
+  const UntypedTensor& first = local_parts.at(0);
+  const std::string signature = str_cat("axis ", axis, ", ", dtype_name(first.dtype), " of rank ", first.shape.size());
+  coordinator().collective("gather", timeout_s, [&](Deadline d) {
+    check_same_call("gather", signature, d);
+    std::vector<const Shape*> local_shapes;
+    std::vector<const UntypedTensor*> ptrs_local;
+    for (const auto& p : local_parts) {
+      local_shapes.push_back(&p.shape);
+      ptrs_local.push_back(&p);
+    }
+    const std::vector<Shape> shapes = exchange_shapes(local_shapes, first.shape.size(), d);
+    std::vector<const Shape*> ptrs;
+    for (const auto& s : shapes) ptrs.push_back(&s);
+    int a = axis;
+    const Shape global = together([&] { return concat_shape("gather", ptrs, a); });
+    int local_axis = axis;
+    const Shape local_shape = concat_shape("gather", local_shapes, local_axis);
+    UntypedTensor local_concat = make_untyped(first.dtype, local_shape, cpu0);
+    concat_into(ptrs_local, a, local_concat);
+    out = make_untyped(first.dtype, global, cpu0);
+    gather_across(local_concat, shapes, static_cast<int>(local_parts.size()), a, out, d);
+  });
+  return out;
+}
+
+void MultiWorkerRuntime::broadcast(UntypedTensor& value, double timeout_s) {
+  timeline::Scope trace("cross_worker", "collective");
+  trace_stage(trace, "broadcast", {value});
+  const std::string signature = str_cat(dtype_name(value.dtype), format_shape(value.shape));
+  coordinator().collective("variable creation (broadcast of the chief's initial value)", timeout_s, [&](Deadline d) {
+    check_same_call("broadcast", signature, d);
+    UntypedTensor host = value;
+    if (!value.device().is_host()) {
+      host = make_untyped(value.dtype, value.shape, cpu0);
+      copy_between(host.data(), cpu0, value.data(), value.device(), value.bytes());
+    }
+    coordinator().transport().broadcast(host.data(), host.bytes(), d);
+    if (!value.device().is_host()) copy_between(value.data(), value.device(), host.data(), cpu0, value.bytes());
+  });
+}
+
+}  // namespace mirrored::detail::cluster

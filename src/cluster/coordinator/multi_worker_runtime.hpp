@@ -1,0 +1,76 @@
+#pragma once
+// Private: the cross-worker stage of MultiWorkerMirroredStrategy (the runtime's WorkerStage):
+// hierarchical collectives over the job's transport. In replica context, local replica 0 (the
+// "leader") does the cross-worker part while the others wait: local reduction first (the
+// strategy's CrossDeviceOps), then the workers' results are combined through the transport, then
+// the local replicas copy the leader's result. Every cross-worker call starts by checking that
+// all workers make the same call with the same dtypes and shapes (a 16-byte exchange; the full
+// descriptions only when they differ).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cluster/coordinator/coordinator.hpp"
+#include "cluster/transport/world_all_reduce.hpp"
+#include "collectives/worker_stage.hpp"
+#include "mirrored/communication_options.hpp"
+
+namespace mirrored::detail::cluster {
+
+class MultiWorkerRuntime : public WorkerStage {
+ public:
+  /// Joins the job (see Coordinator) with this worker's replicas on `local`. `implementation`:
+  /// RING forces Gloo over TCP between workers (no shared memory, no NCCL); AUTO and NCCL use
+  /// one NCCL communicator over every worker's GPUs when every worker's replicas are distinct
+  /// physical GPUs and the build has NCCL, shared memory between workers of one host, else Gloo.
+  MultiWorkerRuntime(const ClusterLayout& layout, double timeout_s, const std::vector<Device>& local,
+                     CommunicationImplementation implementation);
+  ~MultiWorkerRuntime() override;
+
+  int num_workers() const noexcept override { return num_workers_; }
+  int worker_index() const noexcept override { return rank_; }
+
+  void all_reduce(ReduceOp op, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group) override;
+  void all_gather(int axis, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group,
+                  std::vector<UntypedTensor>& outs) override;
+  void agree(const std::string& op, const std::string& signature, double timeout_s) override;
+  void sum(std::vector<UntypedTensor>& tensors, std::vector<int64_t>& counts, double timeout_s) override;
+  UntypedTensor gather(const std::vector<UntypedTensor>& local_parts, int axis, double timeout_s) override;
+  void broadcast(UntypedTensor& value, double timeout_s) override;
+  void local_failure(const std::exception_ptr& error) noexcept override;
+
+  /// Leaves the job (goodbye and shutdown barrier); later calls fail. Idempotent.
+  void shutdown();
+
+  /// Seconds a local replica waits for its leader beyond the collective timeout: the leader's
+  /// own cross-worker wait is bounded by the timeout, and its error (naming the worker at fault)
+  /// should be the one `run` reports.
+  static constexpr double kLeaderGraceSeconds = 10.0;
+
+ private:
+  Coordinator& coordinator();
+  // Inside a collective: every worker passes `op` and `signature`; throws when they differ.
+  void check_same_call(const std::string& op, const std::string& signature, Coordinator::Clock::time_point deadline);
+  // Every worker's shapes of `local` (one per local replica, equal ranks checked by the caller's
+  // signature), in global replica order.
+  std::vector<Shape> exchange_shapes(const std::vector<const Shape*>& local, std::size_t rank,
+                                     Coordinator::Clock::time_point deadline);
+  // out = concatenation along `axis` of every worker's `local_concat` (global shapes `shapes`).
+  void gather_across(const UntypedTensor& local_concat, const std::vector<Shape>& shapes, int local_replicas, int axis,
+                     const UntypedTensor& out, Coordinator::Clock::time_point deadline);
+  // Sums `srcs[i]` of every worker into `dsts[i]` (host or device), packed per dtype run.
+  void sum_across(const std::vector<UntypedTensor>& srcs, const std::vector<UntypedTensor>& dsts,
+                  int64_t bytes_per_pack, Coordinator::Clock::time_point deadline);
+
+  // The job's failure, if it failed (for errors of the GPU path, which runs outside the
+  // coordinator's collectives).
+  [[noreturn]] void rethrow_gpu_failure(const char* what);
+
+  int num_workers_;
+  int rank_;
+  std::unique_ptr<WorldAllReduce> world_;  // destroyed after the coordinator, which may abort it
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+}  // namespace mirrored::detail::cluster

@@ -1,0 +1,204 @@
+#include "cluster/net/socket.hpp"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "mirrored/errors.hpp"
+
+namespace mirrored::detail::net {
+namespace {
+
+constexpr double kMaxSeconds = 1e9;
+
+struct AddrInfoDeleter {
+  void operator()(addrinfo* p) const noexcept { freeaddrinfo(p); }
+};
+using AddrInfo = std::unique_ptr<addrinfo, AddrInfoDeleter>;
+
+AddrInfo resolve(const std::string& host, int port, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  addrinfo* out = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &out);
+  if (rc != 0) {
+    throw InvalidArgumentError(str_cat("cannot resolve host '", host, "': ", gai_strerror(rc)));
+  }
+  return AddrInfo(out);
+}
+
+// Waits until `fd` is ready for `events` or the deadline passes; false on timeout.
+bool wait_ready(int fd, short events, Clock::time_point deadline) {
+  while (true) {
+    const double left = seconds_until(deadline);
+    if (left <= 0) return false;
+    pollfd p{fd, events, 0};
+    const int ms = static_cast<int>(std::min(left * 1000.0 + 1, 60000.0));
+    const int rc = ::poll(&p, 1, ms);
+    if (rc > 0) return true;
+    if (rc < 0 && errno != EINTR) return true;  // let the following call report the error
+  }
+}
+
+}  // namespace
+
+Clock::time_point deadline_after(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(std::clamp(seconds, 0.0, kMaxSeconds)));
+}
+
+double seconds_until(Clock::time_point deadline) {
+  return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
+}
+
+Fd& Fd::operator=(Fd&& o) noexcept {
+  if (this != &o) reset(std::exchange(o.fd_, -1));
+  return *this;
+}
+
+void Fd::reset(int fd) noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+std::pair<std::string, int> split_host_port(const std::string& address, const std::string& what) {
+  const auto colon = address.rfind(':');
+  MIRRORED_ENFORCE(colon != std::string::npos && colon > 0 && colon + 1 < address.size(), InvalidArgumentError, what,
+                   ": address '", address, "' is not of the form host:port");
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string port_text = address.substr(colon + 1);
+  int port = 0;
+  bool ok = !port_text.empty() && port_text.size() <= 5;
+  for (char c : port_text) ok = ok && c >= '0' && c <= '9';
+  if (ok) port = std::stoi(port_text);
+  MIRRORED_ENFORCE(ok && port >= 1 && port <= 65535, InvalidArgumentError, what, ": address '", address,
+                   "' has no valid port (1..65535)");
+  return {host, port};
+}
+
+void set_nonblocking(int fd) {
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+void set_nodelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+Fd connect_until(const std::string& host, int port, Clock::time_point deadline, const std::string& who) {
+  std::string last_error = "no attempt";
+  auto pause = std::chrono::milliseconds(20);
+  while (true) {
+    const AddrInfo addrs = resolve(host, port, false);
+    for (addrinfo* a = addrs.get(); a; a = a->ai_next) {
+      Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
+      if (!fd) {
+        last_error = std::strerror(errno);
+        continue;
+      }
+      int rc = ::connect(fd.get(), a->ai_addr, a->ai_addrlen);
+      if (rc != 0 && errno == EINPROGRESS) {
+        if (!wait_ready(fd.get(), POLLOUT, deadline)) {
+          last_error = "connect timed out";
+          continue;
+        }
+        int err = 0;
+        socklen_t len = sizeof(err);
+        getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+        rc = err == 0 ? 0 : -1;
+        errno = err;
+      }
+      if (rc == 0) {
+        set_nodelay(fd.get());
+        return fd;
+      }
+      last_error = std::strerror(errno);
+    }
+    if (seconds_until(deadline) <= 0) break;
+    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
+    pause = std::min(pause * 2, std::chrono::milliseconds(500));
+  }
+  throw DeadlineExceededError(str_cat("could not connect to ", who, " at ", host, ":", port, " (", last_error, ")"));
+}
+
+Fd listen_on(const std::string& host, int port) {
+  auto try_bind = [&](const AddrInfo& addrs, int& err) -> Fd {
+    for (addrinfo* a = addrs.get(); a; a = a->ai_next) {
+      Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
+      if (!fd) continue;
+      int one = 1;
+      setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd.get(), 1024) == 0) return fd;
+      err = errno;
+    }
+    return Fd();
+  };
+  int err = 0;
+  Fd fd = try_bind(resolve(host, port, false), err);
+  if (!fd && err == EADDRNOTAVAIL) {
+    // The configured name is not an address of this machine (NAT, a load balancer's name):
+    // listen on every address instead.
+    err = 0;
+    fd = try_bind(resolve("", port, true), err);
+  }
+  if (!fd) {
+    throw UnavailableError(str_cat("cannot listen on ", host, ":", port, ": ", std::strerror(err),
+                                   err == EADDRINUSE ? " (is another job's chief still running on this port?)" : ""));
+  }
+  return fd;
+}
+
+void send_all(int fd, const void* data, std::size_t size, Clock::time_point deadline, const std::string& who) {
+  const auto* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::send(fd, p, size, MSG_NOSIGNAL);
+    if (n > 0) {
+      p += n;
+      size -= static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!wait_ready(fd, POLLOUT, deadline)) throw DeadlineExceededError(str_cat(who, " did not accept data in time"));
+      continue;
+    }
+    throw UnavailableError(str_cat("the connection to ", who, " failed: ", std::strerror(errno)));
+  }
+}
+
+void recv_all(int fd, void* data, std::size_t size, Clock::time_point deadline, const std::string& who) {
+  auto* p = static_cast<char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::recv(fd, p, size, 0);
+    if (n > 0) {
+      p += n;
+      size -= static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n == 0) throw UnavailableError(str_cat("the connection to ", who, " closed"));
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!wait_ready(fd, POLLIN, deadline)) throw DeadlineExceededError(str_cat(who, " did not answer in time"));
+      continue;
+    }
+    throw UnavailableError(str_cat("the connection to ", who, " failed: ", std::strerror(errno)));
+  }
+}
+
+}  // namespace mirrored::detail::net

@@ -1,0 +1,52 @@
+// What a worker tells the others when it joins, as the job's store carries it.
+#include "cluster/transport/peers.hpp"
+
+#include <exception>
+
+#include "mirrored/errors.hpp"
+
+namespace mirrored::detail::cluster {
+namespace {
+
+std::string sanitize(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '=' || c == '\r') c = '_';
+  return s;
+}
+
+}  // namespace
+
+std::string WorkerInfo::encode() const {
+  return str_cat("host=", sanitize(hostname), "\nboot=", sanitize(boot_id), "\nipc=", sanitize(ipc_namespace),
+                 "\npidns=", sanitize(pid_namespace), "\nreplicas=", local_replicas,
+                 "\ndevices=", sanitize(device_kind), "\npid=", pid, "\n");
+}
+
+WorkerInfo WorkerInfo::decode(const std::string& text) {
+  WorkerInfo w;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+    try {
+      if (key == "host") w.hostname = value;
+      if (key == "boot") w.boot_id = value;
+      if (key == "ipc") w.ipc_namespace = value;
+      if (key == "pidns") w.pid_namespace = value;
+      if (key == "replicas") w.local_replicas = std::stoi(value);
+      if (key == "devices") w.device_kind = value;
+      if (key == "pid") w.pid = std::stol(value);
+    } catch (const std::exception&) {
+      throw InvalidArgumentError(str_cat("MultiWorkerMirroredStrategy: a worker published a malformed '", key, "' (",
+                                         value, ") in the job's store"));
+    }
+  }
+  return w;
+}
+
+}  // namespace mirrored::detail::cluster

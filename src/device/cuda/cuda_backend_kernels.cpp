@@ -1,0 +1,148 @@
+// The CUDA device backend's kernels (element-wise ops, sums, division, casts): launches of
+// kernels.cu on the calling thread's stream. Memory, copies, streams and events are in
+// cuda_backend.cpp.
+#include <limits>
+
+#include "device/cuda/cuda_backend.hpp"
+#include "device/cuda/kernels.hpp"
+#include "device/host/host_optimizer.hpp"
+#include "mirrored/errors.hpp"
+
+namespace mirrored::detail {
+
+void CudaBackend::fill(DType dtype, void* dst, int64_t count, const void* value) {
+  if (count <= 0) return;
+  CudaDeviceGuard guard(physical_, logical_);
+  check(cuda_kernels::fill(dtype, dst, count, value, lane_for_call().stream), "fill kernel launch");
+}
+
+void CudaBackend::binary(BinaryOp op, DType dtype, const void* a, bool a_scalar, const void* b, bool b_scalar,
+                         void* out, int64_t count) {
+  if (count <= 0) return;
+  CudaDeviceGuard guard(physical_, logical_);
+  Lane& lane = lane_for_call();
+  const auto kop = static_cast<cuda_kernels::Binary>(static_cast<int>(op));
+  if (op != BinaryOp::div || dtype_is_floating(dtype)) {
+    check(cuda_kernels::binary(kop, dtype, a, a_scalar, b, b_scalar, out, count, nullptr, lane.stream),
+          "binary kernel launch");
+    return;
+  }
+  // Integer division: the kernel records the first zero divisor on the device; the next
+  // synchronize of this stream raises it (no host wait here).
+  std::lock_guard lock(lane.mu);
+  if (!lane.div_flag) {
+    // Both buffers or neither: made into locals and published together.
+    void* d = nullptr;
+    void* h = nullptr;
+    const cudaError_t got_device = cudaMalloc(&d, sizeof(unsigned long long));
+    const cudaError_t got_host =
+        got_device == cudaSuccess ? cudaHostAlloc(&h, sizeof(unsigned long long), cudaHostAllocDefault) : got_device;
+    if (got_host != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (d && cudaFree(d) != cudaSuccess) (void)cudaGetLastError();
+      check(got_host, got_device != cudaSuccess ? "cudaMalloc" : "cudaHostAlloc");
+    }
+    *static_cast<unsigned long long*>(h) = std::numeric_limits<unsigned long long>::max();
+    // In stream order, before any division of this lane.
+    const cudaError_t reset = cudaMemsetAsync(d, 0xFF, sizeof(unsigned long long), lane.stream);
+    if (reset != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (cudaFree(d) != cudaSuccess) (void)cudaGetLastError();
+      if (cudaFreeHost(h) != cudaSuccess) (void)cudaGetLastError();
+      check(reset, "cudaMemsetAsync");
+    }
+    lane.div_flag_host = static_cast<unsigned long long*>(h);
+    lane.div_flag = static_cast<unsigned long long*>(d);
+  }
+  check(cuda_kernels::binary(kop, dtype, a, a_scalar, b, b_scalar, out, count, lane.div_flag, lane.stream),
+        "div kernel launch");
+  check(cudaMemcpyAsync(lane.div_flag_host, lane.div_flag, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                        lane.stream),
+        "cudaMemcpyAsync");
+  count_device_to_host(sizeof(unsigned long long));
+  lane.div_pending = true;
+}
+
+void CudaBackend::raise_division_by_zero(Lane& lane) {
+  std::lock_guard lock(lane.mu);
+  if (!lane.div_pending) return;
+  lane.div_pending = false;
+  const unsigned long long at = *lane.div_flag_host;  // the stream has finished: final
+  if (at == std::numeric_limits<unsigned long long>::max()) return;
+  *lane.div_flag_host = std::numeric_limits<unsigned long long>::max();
+  check(cudaMemsetAsync(lane.div_flag, 0xFF, sizeof(unsigned long long), lane.stream), "cudaMemsetAsync");
+  throw InvalidArgumentError(str_cat("div: integer division by zero at element ", at));
+}
+
+void CudaBackend::sum_n(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count) {
+  if (count <= 0) return;
+  MIRRORED_ENFORCE(num_inputs >= 1, InternalError, "sum_n on ", logical_.short_name(), " with ", num_inputs, " inputs");
+  CudaDeviceGuard guard(physical_, logical_);
+  const cudaStream_t stream = lane_for_call().stream;
+  constexpr int kMax = cuda_kernels::kMaxSumInputs;
+  if (num_inputs <= kMax) {
+    check(cuda_kernels::sum_n(dtype, inputs, num_inputs, nullptr, out, count, stream), "sum_n kernel launch");
+    return;
+  }
+  // More inputs than one launch takes: accumulate into scratch, in order; the last launch writes
+  // `out` (which may alias an input, so it is written only once every input has been read).
+  const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
+  void* scratch = allocator_.allocate(bytes, stream);
+  struct Release {
+    CachingAllocator<CudaMemoryPolicy>& a;
+    void* p;
+    ~Release() { a.deallocate(p); }  // stream-ordered: later users of the block come after
+  } release{allocator_, scratch};
+  check(cuda_kernels::sum_n(dtype, inputs, kMax, nullptr, scratch, count, stream), "sum_n kernel launch");
+  int next = kMax;
+  while (num_inputs - next > kMax) {
+    check(cuda_kernels::sum_n(dtype, inputs + next, kMax, scratch, scratch, count, stream), "sum_n kernel launch");
+    next += kMax;
+  }
+  check(cuda_kernels::sum_n(dtype, inputs + next, num_inputs - next, scratch, out, count, stream),
+        "sum_n kernel launch");
+}
+
+void CudaBackend::sum_axis(DType dtype, const void* in, int64_t outer, int64_t length, int64_t inner, void* out) {
+  if (outer * inner <= 0) return;
+  CudaDeviceGuard guard(physical_, logical_);
+  check(cuda_kernels::sum_axis(dtype, in, outer, length, inner, out, lane_for_call().stream), "sum_axis kernel launch");
+}
+
+void CudaBackend::divide(DType dtype, void* inout, int64_t count, int64_t divisor) {
+  if (!dtype_is_floating(dtype))
+    MIRRORED_ENFORCE(divisor != 0, InvalidArgumentError, "divide: integer division by zero");
+  if (count <= 0) return;
+  CudaDeviceGuard guard(physical_, logical_);
+  check(cuda_kernels::divide(dtype, inout, count, divisor, lane_for_call().stream), "divide kernel launch");
+}
+
+void CudaBackend::cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, int64_t count) {
+  if (count <= 0) return;
+  CudaDeviceGuard guard(physical_, logical_);
+  check(cuda_kernels::cast(src_dtype, src, dst_dtype, dst, count, lane_for_call().stream), "cast kernel launch");
+}
+
+static_assert(cuda_kernels::kMaxOptimizerSegments == kMaxUpdateSegments);
+
+void CudaBackend::apply_optimizer(DType dtype, const OptimizerUpdate& u, const UpdateSegment* segments,
+                                  int num_segments, const int64_t* step_in, int64_t* step_out) {
+  const std::string where = logical_.short_name();
+  check_optimizer_arguments(where.c_str(), dtype, u, num_segments, step_in, step_out);
+  cuda_kernels::OptimizerScalars h{
+      static_cast<int>(u.kind), u.learning_rate, u.momentum, u.beta_1, u.beta_2, u.epsilon, u.weight_decay};
+  cuda_kernels::OptimizerSegments s{};
+  s.count = num_segments;
+  for (int j = 0; j < num_segments; ++j) {
+    s.param[j] = segments[j].param;
+    s.grad[j] = segments[j].grad;
+    s.slot0[j] = segments[j].slot[0];
+    s.slot1[j] = segments[j].slot[1];
+    s.offset[j + 1] = s.offset[j] + segments[j].count;
+  }
+  CudaDeviceGuard guard(physical_, logical_);
+  check(cuda_kernels::apply_optimizer(dtype, h, s, step_in, step_out, lane_for_call().stream),
+        "apply_optimizer kernel launch");
+}
+
+}  // namespace mirrored::detail
