@@ -1,10 +1,9 @@
-// The JSON header of checkpoint files: string escaping both ways and a strict parser for exactly
-// what a safetensors header may hold.
+// The JSON header of checkpoint files: names in messages, and reading exactly what a safetensors
+// header may hold from util/json's strict parse of it.
 #include "variables/checkpoint_header.hpp"
 
 #include <cstdio>
 #include <limits>
-#include <set>
 
 namespace mirrored::checkpoint::internal {
 
@@ -33,48 +32,27 @@ std::string quoted(std::string_view s) {
   }
   return out + "'";
 }
-// --- JSON (the subset a safetensors header uses) --------------------------------------------
+namespace {
 
+using detail::json::Value;
 
-/// What the header says about one tensor.
-
-/// A strict parser for exactly what a safetensors header may hold: one object whose members are
-/// `__metadata__` (an object of strings) and tensors ({"dtype": string, "shape": [uint...],
-/// "data_offsets": [uint, uint]}). Anything else is a corrupt header.
-class HeaderParser {
+/// Reads exactly what a safetensors header may hold from its parsed JSON (util/json: strict
+/// RFC 8259, duplicate keys, invalid UTF-8 and lone surrogates already refused): one object whose
+/// members are `__metadata__` (an object of strings) and tensors ({"dtype": string, "shape":
+/// [uint...], "data_offsets": [uint, uint]}). Anything else is a corrupt header.
+class HeaderReader {
  public:
-  HeaderParser(std::string_view text, const std::string& path) : text_(text), path_(path) {}
+  explicit HeaderReader(const std::string& path) : path_(path) {}
 
-  Header parse() {
+  Header read(const Value& root) {
     Header h;
-    std::set<std::string> seen;
-    bool have_metadata = false;
-    skip_ws();
-    expect('{', "the header to start with '{'");
-    skip_ws();
-    if (!consume('}')) {
-      for (;;) {
-        skip_ws();
-        std::string key = parse_string();
-        skip_ws();
-        expect(':', "':' after a key");
-        skip_ws();
-        if (key == kMetadataKey) {
-          if (have_metadata) fail(str_cat("duplicate key ", quoted(key)));
-          have_metadata = true;
-          h.metadata = parse_metadata();
-        } else {
-          if (!seen.insert(key).second) fail(str_cat("duplicate tensor name ", quoted(key)));
-          h.tensors.push_back(parse_tensor(std::move(key)));
-        }
-        skip_ws();
-        if (consume(',')) continue;
-        expect('}', "',' or '}' after a member");
-        break;
-      }
+    if (!root.is_object()) fail(str_cat("expected the header to be an object, found ", root.kind_name()));
+    for (const auto& [key, value] : root.members()) {
+      if (key == kMetadataKey)
+        h.metadata = read_metadata(value);
+      else
+        h.tensors.push_back(read_tensor(key, value));
     }
-    skip_ws();
-    if (pos_ != text_.size()) fail("unexpected data after the header object");
     if (!unsupported_.empty())
       throw InvalidArgumentError(
           str_cat(prefix(path_), unsupported_, " (mirrored holds F32, F64, I32, I64, U8, F16, BF16)"));
@@ -83,202 +61,97 @@ class HeaderParser {
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
-    throw InvalidArgumentError(
-        str_cat(prefix(path_), "corrupt header (byte ", pos_, " of ", text_.size(), "): ", what));
+    throw InvalidArgumentError(str_cat(prefix(path_), "corrupt header: ", what));
   }
 
-  void skip_ws() {
-    while (pos_ < text_.size() &&
-           (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\r' || text_[pos_] == '\t'))
-      ++pos_;
-  }
-  bool consume(char c) {
-    if (pos_ < text_.size() && text_[pos_] == c) {
-      ++pos_;
-      return true;
+  std::uint64_t read_uint(const Value& v, const std::string& who, const char* what) const {
+    if (!v.is_number()) fail(str_cat(who, ": expected a non-negative integer for ", what, ", found ", v.kind_name()));
+    const std::string& text = v.number_text();  // the grammar's: no leading zeros, no '+'
+    if (text[0] == '-') fail(str_cat(who, ": expected a non-negative integer for ", what, ", found ", text));
+    std::uint64_t out = 0;
+    for (char c : text) {
+      if (c < '0' || c > '9') fail(str_cat(who, ": ", what, " ", text, " is not an integer"));
+      const auto d = static_cast<std::uint64_t>(c - '0');
+      if (out > (std::numeric_limits<std::uint64_t>::max() - d) / 10) fail(str_cat(who, ": ", what, " is too large"));
+      out = out * 10 + d;
     }
-    return false;
-  }
-  void expect(char c, const char* what) {
-    if (!consume(c)) {
-      if (pos_ >= text_.size()) fail(str_cat("expected ", what, ", found the end of the header"));
-      fail(str_cat("expected ", what, ", found ", quoted(text_.substr(pos_, 1))));
-    }
-  }
-
-  unsigned hex_digit() {
-    if (pos_ >= text_.size()) fail("unterminated \\u escape");
-    const char c = text_[pos_++];
-    if (c >= '0' && c <= '9') return static_cast<unsigned>(c - '0');
-    if (c >= 'a' && c <= 'f') return static_cast<unsigned>(c - 'a' + 10);
-    if (c >= 'A' && c <= 'F') return static_cast<unsigned>(c - 'A' + 10);
-    fail("bad hex digit in a \\u escape");
-  }
-  std::uint32_t parse_u4() {
-    std::uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v = (v << 4) | hex_digit();
-    return v;
-  }
-
-  std::string parse_string() {
-    expect('"', "a string");
-    std::string out;
-    for (;;) {
-      if (pos_ >= text_.size()) fail("unterminated string");
-      const char c = text_[pos_++];
-      if (c == '"') break;
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (pos_ >= text_.size()) fail("unterminated string");
-      const char e = text_[pos_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          std::uint32_t cp = parse_u4();
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (!(consume('\\') && consume('u'))) fail("unpaired surrogate in a \\u escape");
-            const std::uint32_t lo = parse_u4();
-            if (lo < 0xDC00 || lo > 0xDFFF) fail("unpaired surrogate in a \\u escape");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            fail("unpaired surrogate in a \\u escape");
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default: fail(str_cat("bad escape \\", quoted(std::string_view(&e, 1))));
-      }
-    }
-    if (!valid_utf8(out)) fail("a string is not valid UTF-8");
     return out;
   }
 
-  std::uint64_t parse_uint(const char* what) {
-    const std::size_t start = pos_;
-    std::uint64_t v = 0;
-    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') {
-      const auto d = static_cast<std::uint64_t>(text_[pos_] - '0');
-      if (v > (std::numeric_limits<std::uint64_t>::max() - d) / 10) fail(str_cat(what, " is too large"));
-      v = v * 10 + d;
-      ++pos_;
-    }
-    if (pos_ == start) fail(str_cat("expected a non-negative integer for ", what));
-    if (pos_ - start > 1 && text_[start] == '0') fail(str_cat(what, " has a leading zero"));
-    if (pos_ < text_.size() && (text_[pos_] == '.' || text_[pos_] == 'e' || text_[pos_] == 'E'))
-      fail(str_cat(what, " is not an integer"));
-    return v;
-  }
-
-  /// `[uint, uint, ...]`
-  std::vector<std::uint64_t> parse_uint_array(const char* what) {
+  std::vector<std::uint64_t> read_uints(const Value& v, const std::string& who, const char* what) const {
+    if (!v.is_array()) fail(str_cat(who, ": expected an array of ", what, "s, found ", v.kind_name()));
     std::vector<std::uint64_t> out;
-    expect('[', "'[' to start an array");
-    skip_ws();
-    if (consume(']')) return out;
-    for (;;) {
-      skip_ws();
-      out.push_back(parse_uint(what));
-      skip_ws();
-      if (consume(',')) continue;
-      expect(']', "',' or ']' in an array");
-      return out;
-    }
+    for (const Value& item : v.items()) out.push_back(read_uint(item, who, what));
+    return out;
   }
 
-  Metadata parse_metadata() {
+  Metadata read_metadata(const Value& v) const {
+    if (!v.is_object()) fail(str_cat("__metadata__ is not an object but ", v.kind_name()));
     Metadata m;
-    expect('{', "'{' to start __metadata__");
-    skip_ws();
-    if (consume('}')) return m;
-    for (;;) {
-      skip_ws();
-      std::string key = parse_string();
-      skip_ws();
-      expect(':', "':' after a key");
-      skip_ws();
-      if (pos_ < text_.size() && text_[pos_] != '"')
-        fail(str_cat("__metadata__ value of ", quoted(key), " is not a string"));
-      std::string value = parse_string();
-      if (!m.emplace(key, std::move(value)).second) fail(str_cat("duplicate __metadata__ key ", quoted(key)));
-      skip_ws();
-      if (consume(',')) continue;
-      expect('}', "',' or '}' in __metadata__");
-      return m;
+    for (const auto& [key, value] : v.members()) {
+      if (!value.is_string()) fail(str_cat("__metadata__ value of ", quoted(key), " is not a string"));
+      m.emplace(key, value.as_string());  // keys are unique: the parser refused duplicates
     }
+    return m;
   }
 
-  TensorInfo parse_tensor(std::string name) {
+  TensorInfo read_tensor(const std::string& name, const Value& v) {
     TensorInfo info;
-    info.name = std::move(name);
-    const std::string who = str_cat("tensor ", quoted(info.name));
-    bool have_dtype = false, have_shape = false, have_offsets = false;
-    if (pos_ >= text_.size() || text_[pos_] != '{') fail(str_cat(who, ": expected an object"));
-    expect('{', "'{'");
-    skip_ws();
-    if (!consume('}')) {
-      for (;;) {
-        skip_ws();
-        const std::string key = parse_string();
-        skip_ws();
-        expect(':', "':' after a key");
-        skip_ws();
-        if (key == "dtype") {
-          if (have_dtype) fail(str_cat(who, ": duplicate \"dtype\""));
-          have_dtype = true;
-          const std::string d = parse_string();
-          const auto dt = dtype_from_name(d);
-          // A dtype mirrored cannot hold (F8_E4M3, C64, ...) does not make the header corrupt: it
-          // is reported once the whole header has parsed (a broken one is reported as such).
-          if (dt)
-            info.dtype = *dt;
-          else if (unsupported_.empty())
-            unsupported_ = str_cat(who, " has unsupported dtype ", quoted(d));
-        } else if (key == "shape") {
-          if (have_shape) fail(str_cat(who, ": duplicate \"shape\""));
-          have_shape = true;
-          for (std::uint64_t d : parse_uint_array("a shape dimension")) {
-            if (d > static_cast<std::uint64_t>(std::numeric_limits<int64_t>::max()))
-              fail(str_cat(who, ": shape dimension ", d, " is too large"));
-            info.shape.push_back(static_cast<int64_t>(d));
-          }
-        } else if (key == "data_offsets") {
-          if (have_offsets) fail(str_cat(who, ": duplicate \"data_offsets\""));
-          have_offsets = true;
-          const auto offs = parse_uint_array("a data offset");
-          if (offs.size() != 2) fail(str_cat(who, ": data_offsets has ", offs.size(), " entries, expected 2"));
-          info.begin = offs[0];
-          info.end = offs[1];
-        } else {
-          fail(str_cat(who, ": unexpected key ", quoted(key)));
-        }
-        skip_ws();
-        if (consume(',')) continue;
-        expect('}', "',' or '}' in a tensor entry");
-        break;
-      }
+    info.name = name;
+    const std::string who = str_cat("tensor ", quoted(name));
+    if (!v.is_object()) fail(str_cat(who, ": expected an object, found ", v.kind_name()));
+    const Value* dtype = nullptr;
+    const Value* shape = nullptr;
+    const Value* offsets = nullptr;
+    for (const auto& [key, value] : v.members()) {
+      if (key == "dtype")
+        dtype = &value;
+      else if (key == "shape")
+        shape = &value;
+      else if (key == "data_offsets")
+        offsets = &value;
+      else
+        fail(str_cat(who, ": unexpected key ", quoted(key)));
     }
-    if (!have_dtype) fail(str_cat(who, ": missing \"dtype\""));
-    if (!have_shape) fail(str_cat(who, ": missing \"shape\""));
-    if (!have_offsets) fail(str_cat(who, ": missing \"data_offsets\""));
+    if (!dtype) fail(str_cat(who, ": missing \"dtype\""));
+    if (!shape) fail(str_cat(who, ": missing \"shape\""));
+    if (!offsets) fail(str_cat(who, ": missing \"data_offsets\""));
+
+    if (!dtype->is_string()) fail(str_cat(who, ": \"dtype\" is not a string but ", dtype->kind_name()));
+    // A dtype mirrored cannot hold (F8_E4M3, C64, ...) does not make the header corrupt: it is
+    // reported once the whole header has been read (a broken one is reported as such).
+    if (const auto dt = dtype_from_name(dtype->as_string()))
+      info.dtype = *dt;
+    else if (unsupported_.empty())
+      unsupported_ = str_cat(who, " has unsupported dtype ", quoted(dtype->as_string()));
+    for (std::uint64_t d : read_uints(*shape, who, "shape dimension")) {
+      if (d > static_cast<std::uint64_t>(std::numeric_limits<int64_t>::max()))
+        fail(str_cat(who, ": shape dimension ", d, " is too large"));
+      info.shape.push_back(static_cast<int64_t>(d));
+    }
+    const auto offs = read_uints(*offsets, who, "data offset");
+    if (offs.size() != 2) fail(str_cat(who, ": data_offsets has ", offs.size(), " entries, expected 2"));
+    info.begin = offs[0];
+    info.end = offs[1];
     return info;
   }
 
-  std::string_view text_;
-  std::string unsupported_;  // the first tensor with a dtype mirrored cannot hold, and that dtype
   const std::string& path_;
-  std::size_t pos_ = 0;
+  std::string unsupported_;  // the first tensor with a dtype mirrored cannot hold, and that dtype
 };
 
-Header parse_header(std::string_view text, const std::string& path) { return HeaderParser(text, path).parse(); }
+}  // namespace
+
+Header parse_header(std::string_view text, const std::string& path) {
+  // Said before the JSON is parsed: a header that is some other JSON value, or none, is reported
+  // as what it is rather than as the first syntax error inside it.
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos || text[first] != '{')
+    throw InvalidArgumentError(
+        str_cat(prefix(path), "corrupt header: expected the header to start with '{', found ",
+                first == std::string_view::npos ? std::string("nothing") : quoted(text.substr(first, 1))));
+  const Value root = detail::json::parse(text, str_cat(prefix(path), "corrupt header: the header"));
+  return HeaderReader(path).read(root);
+}
 
 }  // namespace mirrored::checkpoint::internal

@@ -77,7 +77,11 @@ TEST_F(CheckpointFormat, CorruptHeaderJsonIsRejected) {
   EXPECT_THAT(error_of<InvalidArgumentError>([&] { checkpoint::load(p); }), HasSubstr("corrupt header"));
   write_file(p, damaged("\"shape\":[2]", "\"shape\":[x]"));
   EXPECT_THAT(error_of<InvalidArgumentError>([&] { checkpoint::load(p); }),
-              AllOf(HasSubstr("corrupt header"), HasSubstr("non-negative integer")));
+              AllOf(HasSubstr("corrupt header"), HasSubstr("not valid JSON: unexpected character 'x'")));
+  write_file(p, damaged("\"shape\":[2]", "\"shape\":\"2\""));
+  EXPECT_THAT(error_of<InvalidArgumentError>([&] { checkpoint::load(p); }),
+              AllOf(HasSubstr("corrupt header"), HasSubstr("tensor 'a'"),
+                    HasSubstr("expected an array of shape dimensions, found string")));
   write_file(p, damaged("\"dtype\":\"F32\"", "\"dtype\":\"C64\""));
   EXPECT_THAT(error_of<InvalidArgumentError>([&] { checkpoint::load(p); }),
               AllOf(HasSubstr("tensor 'a'"), HasSubstr("unsupported dtype 'C64'")));
@@ -123,9 +127,9 @@ TEST_F(CheckpointFormat, InconsistentOffsetsNameTheTensor) {
               AllOf(HasSubstr("tensor 'x'"), HasSubstr("missing \"data_offsets\"")));
   EXPECT_THAT(load_msg(R"({"x":{"dtype":"I32","shape":[4],"data_offsets":[0,16]},)"
                        R"("x":{"dtype":"I32","shape":[0],"data_offsets":[16,16]}})"),
-              HasSubstr("duplicate tensor name 'x'"));
+              AllOf(HasSubstr("corrupt header"), HasSubstr("duplicate key \"x\" in the top-level object")));
   EXPECT_THAT(load_msg(R"({"x":{"dtype":"I32","shape":[4],"data_offsets":[0,16]}} junk)"),
-              HasSubstr("unexpected data after the header object"));
+              AllOf(HasSubstr("corrupt header"), HasSubstr("unexpected text after the value")));
   EXPECT_THAT(load_msg(R"({"x":{"dtype":"I32","shape":[4],"data_offsets":[0,16]},"__metadata__":{"k":1}})"),
               HasSubstr("value of 'k' is not a string"));
   EXPECT_THAT(load_msg(R"({"x":{"dtype":"I32","shape":[99999999999999999999],"data_offsets":[0,16]}})"),
@@ -133,7 +137,7 @@ TEST_F(CheckpointFormat, InconsistentOffsetsNameTheTensor) {
   EXPECT_THAT(load_msg(R"({"x":{"dtype":"I32","shape":[-4],"data_offsets":[0,16]}})"),
               HasSubstr("non-negative integer"));
   EXPECT_THAT(load_msg(R"({"x":{"dtype":"I32","shape":[4],"data_offsets":[0,16]})"),
-              HasSubstr("found the end of the header"));
+              AllOf(HasSubstr("corrupt header"), HasSubstr("expected ',' or '}' in an object")));
 }
 
 // Regression (issue 13, item 4): a header shape whose element count overflows int64 was accepted
