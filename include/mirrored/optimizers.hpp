@@ -27,11 +27,29 @@
 #include <vector>
 
 #include "mirrored/communication_options.hpp"
+#include "mirrored/detail/adam_step_size.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/replica_context.hpp"
 #include "mirrored/tensor.hpp"
 #include "mirrored/variable.hpp"
+
+namespace mirrored::detail {
+/// Adam's per-tensor update (`Adam::update`; with `kDecay`, `AdamW::update`, which first decays
+/// `w` by `w · weight_decay · lr`), from the same parameters the fused update gets.
+template <bool kDecay, class T>
+void adam_update(T* w, const T* g, T* m, T* v, int64_t n, const OptimizerUpdate& u, int64_t step) {
+  const T alpha = static_cast<T>(adam_step_size(u.learning_rate, u.beta_1, u.beta_2, static_cast<double>(step)));
+  [[maybe_unused]] const T lr = static_cast<T>(u.learning_rate), wd = static_cast<T>(u.weight_decay);  // AdamW only
+  const T b1 = static_cast<T>(1 - u.beta_1), b2 = static_cast<T>(1 - u.beta_2), eps = static_cast<T>(u.epsilon);
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (kDecay) w[i] -= w[i] * wd * lr;
+    m[i] += (g[i] - m[i]) * b1;
+    v[i] += (g[i] * g[i] - v[i]) * b2;
+    w[i] -= alpha * m[i] / (std::sqrt(v[i]) + eps);
+  }
+}
+}  // namespace mirrored::detail
 
 namespace mirrored::optimizers {
 
@@ -180,19 +198,13 @@ class Adam : public Optimizer<T> {
  protected:
   std::vector<std::string> slot_names() const override { return {"m", "v"}; }
   void update(T* w, const T* g, std::vector<T*>& slots, int64_t n, int64_t step) override {
-    const double t = static_cast<double>(step);
-    const T lr =
-        static_cast<T>(o_.learning_rate * std::sqrt(1 - std::pow(o_.beta_2, t)) / (1 - std::pow(o_.beta_1, t)));
-    const T b1 = static_cast<T>(1 - o_.beta_1), b2 = static_cast<T>(1 - o_.beta_2), eps = static_cast<T>(o_.epsilon);
-    T* m = slots[0];
-    T* v = slots[1];
-    for (int64_t i = 0; i < n; ++i) {
-      m[i] += (g[i] - m[i]) * b1;
-      v[i] += (g[i] * g[i] - v[i]) * b2;
-      w[i] -= lr * m[i] / (std::sqrt(v[i]) + eps);
-    }
+    detail::adam_update<false>(w, g, slots[0], slots[1], n, parameters(), step);
   }
-  std::optional<detail::OptimizerUpdate> fused_update() const override {
+  std::optional<detail::OptimizerUpdate> fused_update() const override { return parameters(); }
+
+ private:
+  // Not fused_update(): a subclass may decline the fused path, and the per-tensor one still runs.
+  detail::OptimizerUpdate parameters() const noexcept {
     detail::OptimizerUpdate u;
     u.kind = detail::OptimizerKind::adam;
     u.learning_rate = o_.learning_rate;
@@ -201,8 +213,6 @@ class Adam : public Optimizer<T> {
     u.epsilon = o_.epsilon;
     return u;
   }
-
- private:
   AdamOptions o_;
 };
 
@@ -236,21 +246,12 @@ class AdamW : public Optimizer<T> {
  protected:
   std::vector<std::string> slot_names() const override { return {"m", "v"}; }
   void update(T* w, const T* g, std::vector<T*>& slots, int64_t n, int64_t step) override {
-    const double t = static_cast<double>(step);
-    const T alpha =
-        static_cast<T>(o_.learning_rate * std::sqrt(1 - std::pow(o_.beta_2, t)) / (1 - std::pow(o_.beta_1, t)));
-    const T lr = static_cast<T>(o_.learning_rate), wd = static_cast<T>(o_.weight_decay);
-    const T b1 = static_cast<T>(1 - o_.beta_1), b2 = static_cast<T>(1 - o_.beta_2), eps = static_cast<T>(o_.epsilon);
-    T* m = slots[0];
-    T* v = slots[1];
-    for (int64_t i = 0; i < n; ++i) {
-      w[i] -= w[i] * wd * lr;
-      m[i] += (g[i] - m[i]) * b1;
-      v[i] += (g[i] * g[i] - v[i]) * b2;
-      w[i] -= alpha * m[i] / (std::sqrt(v[i]) + eps);
-    }
+    detail::adam_update<true>(w, g, slots[0], slots[1], n, parameters(), step);
   }
-  std::optional<detail::OptimizerUpdate> fused_update() const override {
+  std::optional<detail::OptimizerUpdate> fused_update() const override { return parameters(); }
+
+ private:
+  detail::OptimizerUpdate parameters() const noexcept {  // as Adam's
     detail::OptimizerUpdate u;
     u.kind = detail::OptimizerKind::adamw;
     u.learning_rate = o_.learning_rate;
@@ -260,8 +261,6 @@ class AdamW : public Optimizer<T> {
     u.weight_decay = o_.weight_decay;
     return u;
   }
-
- private:
   AdamWOptions o_;
 };
 

@@ -3,6 +3,8 @@
 /// The device-memory interface every tensor and collective goes through. A backend owns the memory
 /// of one device and the kernels that run there; the host backend serves every `CPU:k`, and a GPU
 /// backend registers itself per GPU (so a GPU replica is a new backend, not a rewrite).
+/// Needed by `Tensor<T>` (<mirrored/tensor.hpp>), the optimizers' fused update
+/// (<mirrored/optimizers.hpp>) and <mirrored/nn.hpp>.
 
 #include <atomic>
 #include <cstddef>

@@ -2,6 +2,7 @@
 /// \file
 /// The device questions of `<mirrored/dlpack.hpp>`, compiled into the library (which does not need
 /// DLPack's header): DLPack names a GPU by its CUDA ordinal, the library by its logical index.
+/// Needed by `Tensor<T>::from_dlpack` and `to_dlpack` (<mirrored/dlpack.hpp>).
 
 #include <optional>
 

@@ -1,6 +1,8 @@
 #pragma once
 /// \file
 /// Number and shape formatting shared by the printed forms (Python/numpy style).
+/// Needed by the printed forms of `Tensor<T>` (<mirrored/tensor.hpp>, <mirrored/repr.hpp>) and of
+/// the input pipeline's specs.
 
 #include <cstddef>
 #include <cstdint>

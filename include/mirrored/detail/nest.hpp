@@ -3,6 +3,9 @@
 /// Nests: values made of tensors and numbers inside `std::vector`, `std::tuple` and
 /// `std::map<std::string, …>`. Reductions flatten a nest into type-erased tensors, work leaf by
 /// leaf, and rebuild a nest of the same structure.
+/// Needed by `Strategy::run`, `reduce` and `gather` (<mirrored/strategy.hpp>), `ReplicaContext`'s
+/// collectives (<mirrored/replica_context.hpp>), `PendingCollective<V>` and the input pipeline's
+/// prefetcher.
 
 #include <cstdint>
 #include <map>

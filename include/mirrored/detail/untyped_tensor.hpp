@@ -1,6 +1,8 @@
 #pragma once
 /// \file
 /// Type-erased tensors: how collectives and nests handle tensors of any element type.
+/// Needed by every template that crosses the compiled boundary: nests, `CollectiveStep`,
+/// `CrossDeviceOps`, `PendingCollective<V>`, checkpoints, DLPack and dataset elements.
 
 #include <memory>
 #include <vector>

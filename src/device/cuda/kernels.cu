@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "device/cuda/kernels.hpp"
+#include "mirrored/detail/adam_step_size.hpp"
 
 namespace mirrored::detail::cuda_kernels {
 namespace {
@@ -240,8 +241,7 @@ __global__ void apply_optimizer_kernel(OptimizerScalars h, OptimizerSegments s, 
   const T lr = static_cast<T>(h.learning_rate), mom = static_cast<T>(h.momentum);
   T alpha = 0, b1 = 0, b2 = 0, eps = 0, wd = 0;
   if (h.kind >= 3) {  // adam, adamw
-    const double t = static_cast<double>(step);
-    alpha = static_cast<T>(h.learning_rate * sqrt(1 - pow(h.beta_2, t)) / (1 - pow(h.beta_1, t)));
+    alpha = static_cast<T>(adam_step_size(h.learning_rate, h.beta_1, h.beta_2, static_cast<double>(step)));
     b1 = static_cast<T>(1 - h.beta_1);
     b2 = static_cast<T>(1 - h.beta_2);
     eps = static_cast<T>(h.epsilon);

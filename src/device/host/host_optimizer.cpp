@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "mirrored/detail/adam_step_size.hpp"
 #include "mirrored/errors.hpp"
 
 namespace mirrored::detail {
@@ -21,8 +22,7 @@ Scalars<T> scalars(const OptimizerUpdate& u, int64_t step) {
   s.lr = static_cast<T>(u.learning_rate);
   s.momentum = static_cast<T>(u.momentum);
   if (u.kind == OptimizerKind::adam || u.kind == OptimizerKind::adamw) {
-    const double t = static_cast<double>(step);
-    s.adam_lr = static_cast<T>(u.learning_rate * std::sqrt(1 - std::pow(u.beta_2, t)) / (1 - std::pow(u.beta_1, t)));
+    s.adam_lr = static_cast<T>(adam_step_size(u.learning_rate, u.beta_1, u.beta_2, static_cast<double>(step)));
     s.one_minus_beta_1 = static_cast<T>(1 - u.beta_1);
     s.one_minus_beta_2 = static_cast<T>(1 - u.beta_2);
     s.epsilon = static_cast<T>(u.epsilon);

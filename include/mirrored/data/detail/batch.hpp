@@ -1,6 +1,7 @@
 #pragma once
 /// \file
 /// Internal: `batch(batch_size, drop_remainder)`.
+/// Needed by `Dataset<E>::batch` (<mirrored/data/dataset.hpp>).
 
 #include <algorithm>
 #include <cstdint>

@@ -3,6 +3,7 @@
 /// Internal: the lazy dataset graph. A `Dataset<E>` is a handle on an immutable `Node<E>`; each
 /// iteration opens a fresh `Cursor<E>` chain that streams elements one at a time. Custom sources
 /// can derive from `Node` and be wrapped with `Dataset<E>(node)`.
+/// Needed by `Dataset<E>` and every node and cursor of <mirrored/data/dataset.hpp>.
 
 #include <cstddef>
 #include <cstdint>

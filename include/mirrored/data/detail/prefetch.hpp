@@ -3,6 +3,8 @@
 /// Internal: a background producer with a bounded queue (`Prefetcher`), used by
 /// `Dataset::prefetch` and by the distributed iterator to prepare the next step while the
 /// current one runs.
+/// Needed by `Dataset<E>::prefetch` and `DistributedIterator<E>`
+/// (<mirrored/distributed_dataset.hpp>).
 
 #include <cstddef>
 #include <cstdint>

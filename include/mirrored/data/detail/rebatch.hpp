@@ -2,6 +2,7 @@
 /// \file
 /// Internal: the split rules of `experimental_distribute_dataset` (compiled in
 /// src/data/rebatch.cpp).
+/// Needed by `RebatchSource<E>` of `experimental_distribute_dataset` (step_sources.hpp).
 
 #include <cstdint>
 #include <utility>

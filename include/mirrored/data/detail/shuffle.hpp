@@ -1,6 +1,7 @@
 #pragma once
 /// \file
 /// Internal: `shuffle(buffer_size, seed)`.
+/// Needed by `Dataset<E>::shuffle` (<mirrored/data/dataset.hpp>).
 
 #include <atomic>
 #include <cstdint>

@@ -1,6 +1,7 @@
 #pragma once
 /// \file
 /// Internal: in-memory sources, `range` and `from_tensor_slices`.
+/// Needed by `Dataset<E>::range` and `from_tensor_slices` (<mirrored/data/dataset.hpp>).
 
 #include <cstdint>
 #include <memory>

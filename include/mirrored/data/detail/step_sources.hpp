@@ -4,6 +4,7 @@
 /// one element per local replica: `RebatchSource` for `experimental_distribute_dataset` (cuts
 /// global batches into replica slices) and `FunctionSource` for
 /// `distribute_datasets_from_function` (deals whole elements to replicas).
+/// Needed by `DistributedDataset<E>` (<mirrored/distributed_dataset.hpp>).
 
 #include <algorithm>
 #include <cstdint>

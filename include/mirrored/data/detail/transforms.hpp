@@ -2,6 +2,8 @@
 /// \file
 /// Internal: element-wise transformations (`map`, `filter`) and the ones that select or repeat
 /// elements (`take`, `skip`, `repeat`, `shard`, `with_options`).
+/// Needed by `Dataset<E>::map`, `filter`, `take`, `skip`, `repeat`, `shard`, `with_options`
+/// (<mirrored/data/dataset.hpp>).
 
 #include <cstdint>
 #include <functional>
