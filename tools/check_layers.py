@@ -8,7 +8,8 @@ declares, and no folders of src/ include each other.
 The layer map (written by CMake's mirrored_layer()) has two lines per layer:
     NAME depends: LAYER...      the layers whose private headers NAME may include
     NAME owns: HEADER...        public headers (include/mirrored/) that no layer below NAME includes
-Rules, each reported with the file, line and include:
+Rules, each reported with the file, line and include (private headers are included by their path
+from src/; one included relative to the including file, or through "..", is reported as such):
   1. a private include ("LAYER/...") of another layer must name a layer in NAME's depends list;
   2. a public include ("mirrored/HEADER") must not name a header owned by a layer above NAME
      (one that NAME may not include, directly or through the layers it depends on);
@@ -99,6 +100,10 @@ def check(src, layers_path):
                                     f"{layer} is below (it may include: {', '.join(sorted(below[layer]))})")
                 continue
             if first not in depends:
+                # Relative to the including file, a private header would escape rules 1 and 3.
+                if ".." in target.split("/") or os.path.exists(os.path.join(os.path.dirname(path), target)):
+                    problems.append(f"{where}: includes \"{target}\" relative to its own folder; include "
+                                    f"private headers by their path from src/ (\"{layer}/...\")")
                 continue  # a system or third-party header, or a path of the include folder
             if first != layer and first not in depends[layer]:
                 allowed = ", ".join(sorted(depends[layer])) or "no other layer"
@@ -148,6 +153,7 @@ def self_test(src, layers_path):
         ({"device/host/host_backend.hpp": '#include "device/gpu/gpu_backend.hpp"',
           "device/gpu/gpu_backend.hpp": '#include "device/host/host_allocator.hpp"'},
          "folders include each other: device/gpu/ -> device/host/ -> device/gpu/"),
+        ({"device/host/host_backend.cpp": '#include "../gpu/gpu_backend.hpp"'}, "relative to its own folder"),
     ]
     for edits, expect in plants:
         with tempfile.TemporaryDirectory() as tmp:
