@@ -4,7 +4,6 @@
 // update (which the simulated GPU runs too) and the CUDA kernel, which nvcc compiles from this
 // same function. All of them compute this double and only then round it to the tensor's type, so
 // the per-tensor and fused paths agree to the bit.
-// Needed by the `Adam` and `AdamW` templates of <mirrored/optimizers.hpp>.
 
 #include <cmath>
 

@@ -63,7 +63,8 @@ void reduce_on_first(ReduceOp op, CollectiveStep& step, const std::vector<GpuBac
 
 bool on_chip_all_reduce(GpuRuntime& runtime, ReduceOp op, CollectiveStep& step) {
   const int n = step.num_replicas();
-  if (n < 2) return false;
+  // Without GPUs (most CPU strategies) nothing qualifies: no need to look at every tensor.
+  if (n < 2 || runtime.physical_gpu_count() == 0) return false;
   const std::size_t leaves = step.inputs(0).size();
   // Qualifies when every GPU tensor is on one chip, each replica's GPU tensors on one logical
   // device, and every tensor of a host leaf on the host. All replicas see the same posts, so all
