@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "mirrored/deadline.hpp"
 #include "mirrored/detail/untyped_tensor.hpp"
 #include "mirrored/reduce_op.hpp"
 
@@ -36,11 +37,12 @@ class CollectiveStep {
     int64_t bytes_per_pack = 0;              // all-reduce: CommunicationOptions::bytes_per_pack
   };
 
-  /// A step of a group of replicas (every replica has posted `Buffers` when it joined).
-  CollectiveStep(detail::CollectiveGroup& group, int replica, double timeout_seconds)
-      : group_(&group), replica_(replica), timeout_s_(timeout_seconds) {}
+  /// A step of a group of replicas (every replica has posted `Buffers` when it joined), bounded
+  /// by the deadline the collective was given where it entered the library.
+  CollectiveStep(detail::CollectiveGroup& group, int replica, Deadline deadline)
+      : group_(&group), replica_(replica), deadline_(deadline) {}
   /// A step of a single replica (no other thread involved).
-  CollectiveStep(const Buffers& solo, double timeout_seconds) : solo_(&solo), timeout_s_(timeout_seconds) {}
+  CollectiveStep(const Buffers& solo, Deadline deadline) : solo_(&solo), deadline_(deadline) {}
 
   /// The calling replica.
   int replica() const noexcept { return replica_; }
@@ -52,15 +54,18 @@ class CollectiveStep {
   /// Waits until every replica reaches this point of the collective. \throws
   /// DeadlineExceededError past the collective's deadline; AbortedError when another replica failed.
   void sync();
-  /// The collective's deadline, in seconds.
-  double timeout_seconds() const noexcept { return timeout_s_; }
+  /// The collective's deadline: every wait of a backend (devices, peers) ends by it. It was set
+  /// once, when the collective entered the library; a backend never re-arms it.
+  const Deadline& deadline() const noexcept { return deadline_; }
+  /// The timeout the deadline was made from, for messages only.
+  double timeout_seconds() const noexcept { return deadline_.timeout_seconds(); }
   /// True once the run this collective belongs to was aborted (another replica failed): a
   /// backend that waits on its own (e.g. for a device) gives up then.
   bool aborted() const noexcept;
-  /// `CommunicationOptions::bytes_per_pack` of this collective: inputs are reduced in packs of
-  /// about this many bytes (0: one pack per run of same-dtype tensors).
-  int64_t bytes_per_pack() const noexcept { return bytes_per_pack_; }
-  void set_bytes_per_pack(int64_t bytes) noexcept { bytes_per_pack_ = bytes; }
+  /// `CommunicationOptions::bytes_per_pack` of this collective (what the replicas posted, checked
+  /// equal): inputs are reduced in packs of about this many bytes (0: one pack per run of
+  /// same-dtype tensors). Plan them with `detail::plan_packs`.
+  int64_t bytes_per_pack() const { return posted(replica_).bytes_per_pack; }
 
  private:
   const Buffers& posted(int r) const;
@@ -68,8 +73,7 @@ class CollectiveStep {
   detail::CollectiveGroup* group_ = nullptr;
   const Buffers* solo_ = nullptr;
   int replica_ = 0;
-  double timeout_s_;
-  int64_t bytes_per_pack_ = 0;
+  Deadline deadline_;
 };
 
 }  // namespace mirrored

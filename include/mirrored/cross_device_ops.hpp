@@ -50,11 +50,11 @@ class CrossDeviceOps {
   /// `devices`): sets `outputs[i][r]`, a new tensor on `devices[r]`, to the reduction of
   /// `inputs[i][0..N)` (validated equal in dtype and shape) and returns true; or returns false,
   /// having done nothing, when this backend has no path of its own for these tensors (the caller
-  /// then reduces with `reduce` and copies). Waits at most `timeout_s` for the devices. The
-  /// default returns false.
+  /// then reduces with `reduce` and copies). Waits for the devices until `deadline` (the
+  /// call's, made where it entered the library). The default returns false.
   virtual bool batch_all_reduce(ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& inputs,
                                 const std::vector<Device>& devices,
-                                std::vector<std::vector<detail::UntypedTensor>>& outputs, double timeout_s);
+                                std::vector<std::vector<detail::UntypedTensor>>& outputs, const Deadline& deadline);
 
   /// True when `all_reduce` stays correct with outputs that are the inputs themselves (every
   /// replica's `outputs(r)[i]` the same tensor as its `inputs(r)[i]`, or some of them): the library
@@ -126,7 +126,7 @@ class NcclAllReduce : public CrossDeviceOps {
   /// per `num_packs`); false otherwise (and without NCCL in the build).
   bool batch_all_reduce(ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& inputs,
                         const std::vector<Device>& devices, std::vector<std::vector<detail::UntypedTensor>>& outputs,
-                        double timeout_s) override;
+                        const Deadline& deadline) override;
 
   struct Impl;  // communicators (src/collectives/nccl/nccl_all_reduce.cpp)
 

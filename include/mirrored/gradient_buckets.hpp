@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mirrored/communication_options.hpp"
+#include "mirrored/detail/pack_rule.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/reduce_op.hpp"
 #include "mirrored/replica_context.hpp"
@@ -51,7 +52,7 @@ class GradientBuckets {
     check_thread("push");
     bytes_ += grad.numel() * static_cast<int64_t>(sizeof(T));
     current_.push_back(std::move(grad));
-    if (bytes_per_pack_ > 0 && bytes_ >= bytes_per_pack_) start_bucket();
+    if (detail::pack_is_full(bytes_, bytes_per_pack_)) start_bucket();
   }
 
   /// Starts the last bucket, waits for every bucket and returns the reduced gradients in push

@@ -16,6 +16,7 @@
 
 #include "mirrored/communication_options.hpp"
 #include "mirrored/cross_device_ops.hpp"
+#include "mirrored/deadline.hpp"
 #include "mirrored/detail/nest.hpp"
 #include "mirrored/pending_collective.hpp"
 #include "mirrored/strategy.hpp"
@@ -113,16 +114,16 @@ class ReplicaContext {
 
   // Throws FailedPreconditionError unless the calling thread is inside this context's run.
   void check_active(const char* op) const;
-  double timeout(const CommunicationOptions& options) const;
+  // The call's one deadline: `options.timeout_seconds` (else the strategy's) from now.
+  Deadline deadline(const CommunicationOptions& options) const;
   // Joins a collective and validates that every replica posted matching leaves.
   void all_reduce_flat(ReduceOp op, const std::vector<detail::UntypedTensor>& in,
                        const std::vector<detail::UntypedTensor>& out, const std::string& structure,
                        const CommunicationOptions& options);
-  // The joined part of every all-reduce, synchronous or not: `join_timeout_s` bounds the wait for
-  // the other replicas (asynchronous calls: the watchdog does), `step_timeout_s` the backend's.
+  // The joined part of every all-reduce, synchronous or not, through the collective plan.
   void all_reduce_joined(detail::CollectiveKind kind, ReduceOp op, const std::vector<detail::UntypedTensor>& in,
                          const std::vector<detail::UntypedTensor>& out, const std::string& structure,
-                         int64_t bytes_per_pack, double join_timeout_s, double step_timeout_s);
+                         int64_t bytes_per_pack, const Deadline& deadline);
   // Issues an asynchronous all-reduce of `in`; `scratch[i]`: nothing but the caller refers to leaf i.
   std::shared_ptr<detail::AsyncCollective> all_reduce_async_flat(ReduceOp op, std::vector<detail::UntypedTensor> in,
                                                                  const std::vector<char>& scratch,

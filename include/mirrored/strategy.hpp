@@ -155,21 +155,10 @@ class StrategyExtended {
  private:
   friend class Strategy;
   explicit StrategyExtended(Strategy& s) : s_(s) {}
-  // Reduces value i (one tensor per local replica, `values[i][r]`, validated by batch_reduce_onto)
-  // into host tensors (on the first replica's GPU when every value is on GPUs of one chip), in
-  // packs (across workers too, waiting at most `timeout_s` for them).
-  std::vector<detail::UntypedTensor> batch_reduce_flat(ReduceOp op,
-                                                       const std::vector<std::vector<detail::UntypedTensor>>& values,
-                                                       int64_t bytes_per_pack, double timeout_s);
-  // Validates (errors name `method`), then reduces value i onto `destinations[i][r]` (the devices
-  // of its destination's copies, or the one device of reduce_to): through
-  // the cross-device ops' own batch all-reduce when the destinations are the replicas' devices
-  // and it has one, else through batch_reduce_flat and copies. Returns out[i][r].
+  // Reduces value i (one tensor per local replica, `values[i][r]`) onto `destinations[i][r]` (the
+  // devices of its destination's copies, or the one device of reduce_to) through the collective
+  // plan (errors name `method`). Returns out[i][r].
   std::vector<std::vector<detail::UntypedTensor>> batch_reduce_onto(
-      const char* method, ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
-      const std::vector<std::vector<Device>>& destinations, const CommunicationOptions& options);
-  // batch_reduce_onto's work (which fails the multi-worker job when it throws alone).
-  std::vector<std::vector<detail::UntypedTensor>> batch_reduce_to_devices(
       const char* method, ReduceOp op, const std::vector<std::vector<detail::UntypedTensor>>& values,
       const std::vector<std::vector<Device>>& destinations, const CommunicationOptions& options);
   void require_cross_replica(const char* method) const;
@@ -300,8 +289,6 @@ class Strategy {
 
   std::vector<detail::UntypedTensor> reduce_flat(ReduceOp op, std::vector<std::vector<detail::UntypedTensor>>& leaves,
                                                  const std::vector<std::string>& structures, std::optional<int> axis);
-  std::vector<detail::UntypedTensor> reduce_leaves(ReduceOp op, std::vector<std::vector<detail::UntypedTensor>>& leaves,
-                                                   const std::vector<std::string>& structures, std::optional<int> axis);
   detail::UntypedTensor gather_flat(const std::vector<detail::UntypedTensor>& parts, int axis) const;
 
   std::vector<Device> devices_;  // this process's replicas

@@ -30,7 +30,9 @@ CollectiveGroup::CollectiveGroup(int num_replicas, double stall_warn_seconds)
       finished_(num_replicas, 0),
       calls_(num_replicas, 0),
       kinds_(num_replicas, CollectiveKind::all_reduce),
-      payloads_(num_replicas, nullptr) {}
+      payloads_(num_replicas, nullptr),
+      deadlines_(num_replicas, Deadline::after(0)),
+      deadline_(Deadline::after(0)) {}
 
 void CollectiveGroup::begin_run() {
   std::lock_guard lock(mu_);
@@ -79,10 +81,10 @@ void CollectiveGroup::fail_locked(const std::string& message) {
   throw E(message);
 }
 
-void CollectiveGroup::join(int replica, CollectiveKind kind, const void* payload, double timeout_seconds) {
+void CollectiveGroup::join(int replica, CollectiveKind kind, const void* payload, const Deadline& deadline) {
   // One lock per join on the way in; the verdict on the call sequence comes with the barrier's
   // generation (acquired by every waiter), so only a failed join takes the lock again.
-  arrive_and_wait(replica, Phase::join, timeout_seconds, kind, payload);
+  arrive_and_wait(replica, Phase::join, deadline, kind, payload);
   if (join_failed_.load(std::memory_order_relaxed)) {
     std::lock_guard lock(mu_);
     fail_locked<FailedPreconditionError>(join_error_);
@@ -109,11 +111,9 @@ void CollectiveGroup::leave_failed(int replica, const std::string& reason) {
   --sleepers_;
 }
 
-void CollectiveGroup::sync(int replica, double timeout_seconds) {
-  arrive_and_wait(replica, Phase::sync, timeout_seconds);
-}
+void CollectiveGroup::sync(int replica, const Deadline& deadline) { arrive_and_wait(replica, Phase::sync, deadline); }
 
-void CollectiveGroup::arrive_and_wait(int replica, Phase phase, double timeout_seconds, CollectiveKind kind,
+void CollectiveGroup::arrive_and_wait(int replica, Phase phase, const Deadline& until, CollectiveKind kind,
                                       const void* payload) {
   std::unique_lock lock(mu_);
   if (aborted_.load(std::memory_order_relaxed)) throw AbortedError(abort_reason_);
@@ -121,6 +121,7 @@ void CollectiveGroup::arrive_and_wait(int replica, Phase phase, double timeout_s
     ++calls_[replica];
     kinds_[replica] = kind;
     payloads_[replica] = payload;
+    deadlines_[replica] = until;
   }
   const uint64_t gen = generation_.load(std::memory_order_relaxed);
   arrived_gen_[replica] = gen + 1;
@@ -130,6 +131,11 @@ void CollectiveGroup::arrive_and_wait(int replica, Phase phase, double timeout_s
       // Counted here, atomically with the barrier, so no replica can see the others as gone
       // before they have even woken up.
       if (join_error_.empty()) inside_ += n_;
+      // The collective ends by the earliest deadline of its replicas: the first to arrive waits
+      // no longer than its own timeout, so neither may the collective.
+      deadline_ = deadlines_[0];
+      for (int q = 1; q < n_; ++q)
+        if (deadlines_[q].time_point() < deadline_.time_point()) deadline_ = deadlines_[q];
     }
     arrived_ = 0;
     generation_.store(gen + 1, std::memory_order_release);
@@ -145,13 +151,11 @@ void CollectiveGroup::arrive_and_wait(int replica, Phase phase, double timeout_s
     return;
   }
   lock.lock();
-  // Capped so that huge or infinite timeouts cannot overflow the clock into the past.
-  auto after = [&](double seconds) {
-    return start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                       std::chrono::duration<double>(std::min(seconds, kMaxWaitSeconds)));
-  };
-  const auto deadline = after(timeout_seconds);
-  const auto warn_at = after(stall_warn_s_);
+  // The collective's deadline, set where it entered the library; only the stall warning counts
+  // from the start of this wait. Capped so that a huge warning time cannot overflow the clock.
+  const auto deadline = until.time_point();
+  const auto warn_at = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                   std::chrono::duration<double>(std::min(stall_warn_s_, kMaxWaitSeconds)));
   bool warned = false;
   ++sleepers_;
   struct Leave {
@@ -173,13 +177,13 @@ void CollectiveGroup::arrive_and_wait(int replica, Phase phase, double timeout_s
     if (now >= deadline) {
       fail_locked<DeadlineExceededError>(
           str_cat(describe_call(replica), " on replica ", replica, ": waited ", waited, " s for replicas ",
-                  describe_missing(), " that never arrived (collective timeout ", timeout_seconds,
+                  describe_missing(), " that never arrived (collective timeout ", until.timeout_seconds(),
                   " s; set CommunicationOptions::timeout_seconds or MIRRORED_COLLECTIVE_TIMEOUT_S)"));
     }
     if (!warned && now >= warn_at) {
       warned = true;
       MIRRORED_LOG(warn, "replica ", replica, " has waited ", waited, " s in ", describe_call(replica),
-                   " for replicas ", describe_missing(), " (deadline in ", timeout_seconds - waited, " s)");
+                   " for replicas ", describe_missing(), " (deadline in ", until.seconds_left(), " s)");
     }
     cv_.wait_until(lock, warned ? deadline : std::min(deadline, warn_at));
   }

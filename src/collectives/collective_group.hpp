@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "mirrored/deadline.hpp"
+
 namespace mirrored::detail {
 
 /// The collective calls replicas make; they must make the same ones in the same order.
@@ -38,15 +40,20 @@ class CollectiveGroup {
   /// collective until it calls `leave` or `leave_failed`; on any error the whole group is aborted
   /// first, so no replica can go on to read a payload whose owner has left. \throws FailedPreconditionError when the
   /// replicas entered different kinds of collective or one returned from its function instead;
-  /// DeadlineExceededError after `timeout_seconds`, naming the replicas that never arrived;
-  /// AbortedError when another replica failed.
-  void join(int replica, CollectiveKind kind, const void* payload, double timeout_seconds);
+  /// DeadlineExceededError past `deadline` (the collective's, made where it entered the library),
+  /// naming the replicas that never arrived; AbortedError when another replica failed.
+  void join(int replica, CollectiveKind kind, const void* payload, const Deadline& deadline);
 
   /// What replica `r` posted in the current collective (valid until that collective's last sync).
   const void* payload(int r) const noexcept { return payloads_[r]; }
 
+  /// The deadline of the current collective, once joined: the earliest of those its replicas
+  /// joined with (each made where that replica's call entered the library). Every later wait of
+  /// the collective, in every layer, ends by it.
+  const Deadline& deadline() const noexcept { return deadline_; }
+
   /// A barrier of all replicas inside the current collective (same errors as `join`).
-  void sync(int replica, double timeout_seconds);
+  void sync(int replica, const Deadline& deadline);
 
   /// Leaves the current collective after its last `sync` (nobody reads this replica's payload
   /// any more).
@@ -77,7 +84,7 @@ class CollectiveGroup {
  private:
   enum class Phase { join, sync };
   // `kind` and `payload`: what a join posts (with the arrival, under the same lock).
-  void arrive_and_wait(int replica, Phase phase, double timeout_seconds,
+  void arrive_and_wait(int replica, Phase phase, const Deadline& deadline,
                        CollectiveKind kind = CollectiveKind::all_reduce, const void* payload = nullptr);
   template <class E>
   [[noreturn]] void fail_locked(const std::string& message);
@@ -107,6 +114,8 @@ class CollectiveGroup {
   std::vector<int64_t> calls_;
   std::vector<CollectiveKind> kinds_;
   std::vector<const void*> payloads_;
+  std::vector<Deadline> deadlines_;  // what each replica joined the current collective with
+  Deadline deadline_;                // their earliest; written by the last arriver of a join
 };
 
 }  // namespace mirrored::detail

@@ -10,7 +10,7 @@ namespace mirrored {
 int CollectiveStep::num_replicas() const noexcept { return group_ ? group_->size() : 1; }
 
 void CollectiveStep::sync() {
-  if (group_) group_->sync(replica_, timeout_s_);
+  if (group_) group_->sync(replica_, deadline_);
 }
 
 bool CollectiveStep::aborted() const noexcept { return group_ != nullptr && group_->aborted(); }

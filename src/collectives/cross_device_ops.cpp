@@ -44,7 +44,7 @@ void CrossDeviceOps::all_reduce(ReduceOp, CollectiveStep&) { unsupported("all_re
 void CrossDeviceOps::all_gather(int, CollectiveStep&) { unsupported("all_gather"); }
 bool CrossDeviceOps::batch_all_reduce(ReduceOp, const std::vector<std::vector<detail::UntypedTensor>>&,
                                       const std::vector<Device>&, std::vector<std::vector<detail::UntypedTensor>>&,
-                                      double) {
+                                      const Deadline&) {
   return false;
 }
 

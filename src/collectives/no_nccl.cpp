@@ -36,7 +36,7 @@ void NcclAllReduce::all_reduce(ReduceOp, CollectiveStep&) { no_nccl("all_reduce"
 void NcclAllReduce::all_gather(int, CollectiveStep&) { no_nccl("all_gather"); }
 bool NcclAllReduce::batch_all_reduce(ReduceOp, const std::vector<std::vector<detail::UntypedTensor>>&,
                                      const std::vector<Device>&, std::vector<std::vector<detail::UntypedTensor>>&,
-                                     double) {
+                                     const Deadline&) {
   return false;  // `reduce` then says why it cannot run
 }
 

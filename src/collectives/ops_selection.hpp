@@ -1,7 +1,8 @@
 #pragma once
 /// Pure decision rules of the cross-device layer, written over a *described* machine so that
 /// they can be tested without the hardware: which `CrossDeviceOps` a strategy gets by default,
-/// how `NcclAllReduce` packs tensors, and the roles of `HierarchicalCopyAllReduce`'s replicas.
+/// and the roles of `HierarchicalCopyAllReduce`'s replicas (NcclAllReduce packs with packing.hpp's
+/// planner, as every path does).
 
 #include <algorithm>
 #include <cstddef>
@@ -70,62 +71,6 @@ bool nccl_compiled_in() noexcept;
 /// True when `NcclAllReduce` can run here: NCCL compiled in and the GPU runtime drives physical
 /// GPUs (not simulated ones); the default cross-device ops choose it only then.
 bool nccl_can_run() noexcept;
-
-// ---------------------------------------------------------------------------------------------
-// NcclAllReduce packing (TF's `num_packs`).
-
-/// One NCCL pack: leaves reduced as one contiguous run of elements of one dtype.
-struct NcclPack {
-  std::vector<std::size_t> leaves;                  ///< leaf indices, in order
-  int64_t numel = 0;                                ///< total elements of those leaves
-  std::vector<std::pair<int64_t, int64_t>> chunks;  ///< [begin, end) element ranges, one NCCL call each
-  bool concatenated() const noexcept { return leaves.size() > 1; }
-};
-
-/// Plans the NCCL calls of one all-reduce of leaves with these dtypes and element counts.
-/// `num_packs` = 0: no packing, one call per leaf. `num_packs` = k >= 1 (TF's default 1): every
-/// run of consecutive leaves of one dtype is concatenated into one buffer that is reduced in k
-/// near-equal chunks (the first `numel % k` chunks get one element more; empty chunks are
-/// dropped). Leaves with no elements are left out of every pack. \throws InvalidArgumentError
-/// when `num_packs` < 0.
-inline std::vector<NcclPack> plan_nccl_packs(const std::vector<std::pair<DType, int64_t>>& leaves, int num_packs) {
-  MIRRORED_ENFORCE(num_packs >= 0, InvalidArgumentError, "NcclAllReduce: num_packs must be >= 0, got ", num_packs);
-  std::vector<NcclPack> packs;
-  auto chunk = [](NcclPack& p, int k) {
-    const int64_t base = p.numel / k, extra = p.numel % k;
-    int64_t at = 0;
-    for (int c = 0; c < k; ++c) {
-      const int64_t len = base + (c < extra ? 1 : 0);
-      if (len > 0) p.chunks.emplace_back(at, at + len);
-      at += len;
-    }
-  };
-  if (num_packs == 0) {
-    for (std::size_t i = 0; i < leaves.size(); ++i) {
-      if (leaves[i].second <= 0) continue;
-      NcclPack p;
-      p.leaves = {i};
-      p.numel = leaves[i].second;
-      p.chunks.emplace_back(0, p.numel);
-      packs.push_back(std::move(p));
-    }
-    return packs;
-  }
-  bool open = false;
-  DType open_dtype = DType::float32;
-  for (std::size_t i = 0; i < leaves.size(); ++i) {
-    if (leaves[i].second <= 0) continue;
-    if (!open || leaves[i].first != open_dtype) {
-      packs.emplace_back();
-      open = true;
-      open_dtype = leaves[i].first;
-    }
-    packs.back().leaves.push_back(i);
-    packs.back().numel += leaves[i].second;
-  }
-  for (auto& p : packs) chunk(p, num_packs);
-  return packs;
-}
 
 // ---------------------------------------------------------------------------------------------
 // HierarchicalCopyAllReduce roles (TF's aggregate_gradients_using_hierarchical_copy).

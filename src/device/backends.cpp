@@ -22,7 +22,7 @@ thread_local const DeviceBackend::StreamScope* tl_innermost_scope = nullptr;
 class ReachedEvent final : public DeviceEvent {
  public:
   bool query() const override { return true; }
-  void synchronize(double) const override {}
+  void synchronize(const Deadline&) const override {}
 };
 }  // namespace
 
@@ -44,7 +44,7 @@ double default_synchronize_timeout_s() {
   return timeout;
 }
 
-void DeviceBackend::synchronize() { synchronize_for(default_synchronize_timeout_s()); }
+void DeviceBackend::synchronize() { synchronize_until(Deadline::after(default_synchronize_timeout_s())); }
 
 std::unique_ptr<DeviceEvent> DeviceBackend::create_event() { return std::make_unique<ReachedEvent>(); }
 
@@ -52,7 +52,7 @@ void DeviceBackend::record_event(DeviceEvent&) {}
 
 void DeviceBackend::wait_event(const DeviceEvent& event) {
   // Host work runs on the calling thread: "later work waits" means the caller waits now.
-  event.synchronize(default_synchronize_timeout_s());
+  event.synchronize(Deadline::after(default_synchronize_timeout_s()));
 }
 
 void DeviceBackend::record_stream_use(const void*, const DeviceBackend&) {}

@@ -18,12 +18,6 @@ namespace mirrored {
 namespace detail {
 namespace {
 
-constexpr double kMaxSeconds = 1e9;  // ~32 years: "forever" without overflowing steady_clock
-
-double seconds_until(CollectiveWatchdog::Clock::time_point deadline) {
-  return std::chrono::duration<double>(deadline - CollectiveWatchdog::Clock::now()).count();
-}
-
 }  // namespace
 
 AsyncCollectives::AsyncCollectives(int num_replicas) {
@@ -90,9 +84,9 @@ void AsyncRunner::run(AsyncCollective& job) noexcept {
   std::exception_ptr error;
   try {
     ReplicaContext& ctx = *job.ctx;
-    // Past the deadline the watchdog has aborted the group: the join below fails at once.
-    const double step_timeout = std::max(1e-3, seconds_until(job.deadline));
-    constexpr double kWatched = std::numeric_limits<double>::infinity();  // the watchdog bounds the join
+    // The deadline made when the collective was issued. The watchdog aborts the group then and
+    // reports the expiry; the waits below end a grace later, should they not see that abort.
+    const Deadline backstop = job.deadline.extended(kCollectiveGraceSeconds);
     if (job.backend) {
       const Device& device = job.backend->device();
       gpu_runtime().enter_device(device);
@@ -100,7 +94,7 @@ void AsyncRunner::run(AsyncCollective& job) noexcept {
       job.backend->wait_event(*job.issued);
       // Other replicas' threads read this replica's inputs on their own streams (or the host):
       // the work that produced them must be finished, not merely ordered before this stream.
-      job.issued->synchronize(step_timeout);
+      job.issued->synchronize(backstop);
       // The compute stream allocated these blocks; the communication stream uses them. Marked
       // before the collective, not after: when it fails with work still queued on this stream, the
       // blocks must not go back to the compute stream's pool until that work is done (the marks
@@ -112,11 +106,11 @@ void AsyncRunner::run(AsyncCollective& job) noexcept {
         }
       }
       ctx.all_reduce_joined(CollectiveKind::all_reduce_async, job.op, job.in, job.out, job.structure,
-                            job.bytes_per_pack, kWatched, step_timeout);
+                            job.bytes_per_pack, backstop);
       job.backend->record_event(*job.completed);
     } else {
       ctx.all_reduce_joined(CollectiveKind::all_reduce_async, job.op, job.in, job.out, job.structure,
-                            job.bytes_per_pack, kWatched, step_timeout);
+                            job.bytes_per_pack, backstop);
     }
   } catch (...) {
     error = std::current_exception();
@@ -184,14 +178,14 @@ std::shared_ptr<detail::AsyncCollective> ReplicaContext::all_reduce_async_flat(R
                                                                                const std::vector<char>& scratch,
                                                                                std::string structure,
                                                                                const CommunicationOptions& options) {
-  const double t = timeout(options);
+  const Deadline deadline = this->deadline(options);
+  const double t = deadline.timeout_seconds();
   MIRRORED_ENFORCE(options.bytes_per_pack >= 0, InvalidArgumentError,
                    "CommunicationOptions::bytes_per_pack must be >= 0, got ", options.bytes_per_pack);
   detail::StrategyRuntime& rt = *strategy_->rt_;
-  const CrossDeviceOps& ops = *strategy_->cross_device_ops_;
-  // In place only where the backend reads every byte before anyone writes it, and not across
-  // workers (the stage reads the local results after the local reduction).
-  const bool may_reuse = ops.reduces_in_place() && !rt.workers;
+  // In place only where the backend reads every byte before anyone writes it, and nothing reads
+  // the inputs after the local reduction (across workers the stage reads the local results).
+  const bool may_reuse = rt.plan.reduces_in_place();
   auto job = std::make_shared<detail::AsyncCollective>();
   job->ctx = this;
   job->lanes = &rt.async;
@@ -200,7 +194,7 @@ std::shared_ptr<detail::AsyncCollective> ReplicaContext::all_reduce_async_flat(R
   job->op = op;
   job->structure = std::move(structure);
   job->bytes_per_pack = options.bytes_per_pack;
-  job->timeout_s = t;
+  job->deadline = deadline;
   job->out.reserve(in.size());
   for (std::size_t i = 0; i < in.size(); ++i) {
     const detail::UntypedTensor& x = in[i];
@@ -210,12 +204,12 @@ std::shared_ptr<detail::AsyncCollective> ReplicaContext::all_reduce_async_flat(R
       job->out.push_back(detail::make_untyped(x.dtype, x.shape, x.device()));
   }
   job->in = std::move(in);
-  if (rt.group.size() == 1 && !rt.workers) {
+  if (rt.plan.alone()) {
     // One replica and no other worker: the "reduction" is a copy on the replica's own stream, with
     // nothing to overlap; it runs here, and wait() reports its outcome.
     try {
       all_reduce_joined(detail::CollectiveKind::all_reduce, op, job->in, job->out, job->structure, job->bytes_per_pack,
-                        t, t);
+                        deadline);
     } catch (...) {
       job->error = std::current_exception();
     }
@@ -228,11 +222,8 @@ std::shared_ptr<detail::AsyncCollective> ReplicaContext::all_reduce_async_flat(R
     job->completed = job->backend->create_event();
     job->backend->record_event(*job->issued);  // after the work that produced the inputs
   }
-  const auto now = detail::CollectiveWatchdog::Clock::now();
-  job->deadline = now + std::chrono::duration_cast<detail::CollectiveWatchdog::Clock::duration>(
-                            std::chrono::duration<double>(std::min(t, detail::kMaxSeconds)));
   const int global = replica_id_in_sync_group();
-  job->ticket = rt.async.watchdog().watch(job->deadline, [weak = std::weak_ptr(job), global, t] {
+  job->ticket = rt.async.watchdog().watch(job->deadline.time_point(), [weak = std::weak_ptr(job), global, t] {
     const auto j = weak.lock();
     if (!j) return;
     // Under the job's lock, so that the run cannot end (it waits for this job) before the abort.

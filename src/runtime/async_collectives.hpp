@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "mirrored/deadline.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/detail/untyped_tensor.hpp"
 #include "mirrored/reduce_op.hpp"
@@ -40,8 +41,7 @@ struct AsyncCollective {
   std::vector<UntypedTensor> in, out;  // out[i] may be in[i] (reduced in place)
   std::string structure;
   int64_t bytes_per_pack = 0;
-  double timeout_s = 0;
-  CollectiveWatchdog::Clock::time_point deadline;
+  mirrored::Deadline deadline = mirrored::Deadline::after(0);  // made when it was issued; the watchdog enforces it
   // GPU replicas: the replica's backend, the point of its compute stream the communication
   // stream starts after, and the end of the collective on the communication stream.
   DeviceBackend* backend = nullptr;

@@ -4,12 +4,12 @@
 #include <atomic>
 
 #include "collectives/collective_helpers.hpp"
+#include "collectives/nest_structure.hpp"
 #include "collectives/ops_selection.hpp"
 #include "collectives/worker_stage.hpp"
 #include "device/gpu/gpu_runtime.hpp"
 #include "mirrored/replica_context.hpp"
 #include "runtime/default_strategy.hpp"
-#include "runtime/nest_structure.hpp"
 #include "runtime/strategy_runtime.hpp"
 #include "runtime/thread_state.hpp"
 #include "util/exceptions.hpp"
@@ -32,16 +32,6 @@ bool is_aborted(const std::exception_ptr& e) {
   } catch (...) {
     return false;
   }
-}
-
-// `axis` made non-negative for replica `r`'s value, of rank `rank` (replicas' ranks may differ).
-int normalize_axis(int axis, int64_t rank, std::size_t r) {
-  MIRRORED_ENFORCE(
-      axis >= -rank &&
-              axis<rank, InvalidArgumentError, "`axis` = ", axis, " out of range for `value` with rank ", rank, r> 0
-          ? str_cat(" (replica ", r, "'s value)")
-          : "");
-  return axis < 0 ? static_cast<int>(axis + rank) : axis;
 }
 
 }  // namespace
@@ -72,14 +62,7 @@ int StrategyExtended::worker_index() const noexcept { return s_.worker_index_; }
 namespace detail {
 
 void broadcast_initial_value(Strategy& strategy, UntypedTensor& value) {
-  if (WorkerStage* workers = strategy.rt_->workers.get()) {
-    try {
-      workers->broadcast(value, strategy.extended().collective_timeout_seconds());
-    } catch (...) {
-      workers->local_failure(std::current_exception());
-      throw;
-    }
-  }
+  strategy.rt_->plan.broadcast(value, Deadline::after(strategy.extended().collective_timeout_seconds()));
 }
 }  // namespace detail
 
@@ -89,7 +72,7 @@ void broadcast_initial_value(Strategy& strategy, UntypedTensor& value) {
 Strategy::Strategy(std::vector<Device> devices, std::shared_ptr<CrossDeviceOps> cross_device_ops)
     : devices_(std::move(devices)),
       cross_device_ops_(cross_device_ops ? std::move(cross_device_ops) : detail::select_cross_device_ops(devices_)),
-      rt_(std::make_unique<detail::StrategyRuntime>(static_cast<int>(devices_.size()),
+      rt_(std::make_unique<detail::StrategyRuntime>(static_cast<int>(devices_.size()), cross_device_ops_,
                                                     detail::env_positive("MIRRORED_COLLECTIVE_TIMEOUT_S", 1800.0),
                                                     detail::env_positive("MIRRORED_STALL_WARN_S", 60.0))) {
   contexts_.reserve(devices_.size());
@@ -112,7 +95,7 @@ void Strategy::start_replica_threads() {
 void Strategy::attach_workers(std::shared_ptr<detail::WorkerStage> stage) {
   num_workers_ = stage->num_workers();
   worker_index_ = stage->worker_index();
-  rt_->workers = std::move(stage);
+  rt_->plan.set_stage(std::move(stage));
 }
 
 Scope Strategy::scope() {
@@ -214,7 +197,7 @@ void Strategy::execute(Body body, void* ctx) {
     detail::timeline::commit_deferred(begin);
   }
   if (rt_->first_failure) {
-    if (rt_->workers) rt_->workers->local_failure(rt_->first_failure);
+    rt_->plan.local_failure(rt_->first_failure);
     std::rethrow_exception(std::exchange(rt_->first_failure, nullptr));
   }
 }
@@ -231,92 +214,10 @@ std::vector<detail::UntypedTensor> Strategy::reduce_flat(ReduceOp op,
     trace.arg("tensors", static_cast<std::int64_t>(leaves[0].size()));
     trace.arg("bytes", bytes);
   }
-  try {
-    return reduce_leaves(op, leaves, structures, axis);
-  } catch (...) {
-    if (rt_->workers) rt_->workers->local_failure(std::current_exception());
-    throw;
-  }
-}
-
-std::vector<detail::UntypedTensor> Strategy::reduce_leaves(ReduceOp op,
-                                                           std::vector<std::vector<detail::UntypedTensor>>& leaves,
-                                                           const std::vector<std::string>& structures,
-                                                           std::optional<int> axis) {
-  const std::size_t n = leaves.size();
-  for (std::size_t r = 1; r < n; ++r) {
-    if (structures[r] != structures[0]) {
-      throw InvalidArgumentError(
-          detail::structure_mismatch("reduce", 0, structures[0], static_cast<int>(r), structures[r]));
-    }
-  }
-  // Several workers: each reduces its replicas' values, then the workers sum their results (a
-  // non-distributed value is every worker's own and is not summed across them).
-  detail::WorkerStage* workers = n == devices_.size() ? rt_->workers.get() : nullptr;
-  std::string signature;
-  std::vector<detail::UntypedTensor> out;
-  std::vector<int64_t> counts;  // per leaf, with workers: the elements (or replicas) a MEAN divides by
-  out.reserve(leaves[0].size());
-  for (std::size_t i = 0; i < leaves[0].size(); ++i) {
-    std::vector<detail::UntypedTensor> parts;
-    parts.reserve(n);
-    int64_t count = 0;
-    for (std::size_t r = 0; r < n; ++r) {
-      const detail::UntypedTensor& t = leaves[r][i];
-      if (!axis) {
-        parts.push_back(t);
-        continue;
-      }
-      const int64_t rank = static_cast<int64_t>(t.shape.size());
-      const int a = normalize_axis(*axis, rank, r);
-      int64_t outer = 1, inner = 1;
-      for (int d = 0; d < a; ++d) outer *= t.shape[d];
-      for (int64_t d = a + 1; d < rank; ++d) inner *= t.shape[d];
-      Shape reduced = t.shape;
-      reduced.erase(reduced.begin() + a);
-      detail::UntypedTensor local = detail::make_untyped(t.dtype, reduced, t.device());
-      if (local.numel)
-        detail::backend_for(t.device()).sum_axis(t.dtype, t.data(), outer, t.shape[a], inner, local.data());
-      count += t.shape[a];
-      parts.push_back(std::move(local));
-    }
-    for (std::size_t r = 1; r < n; ++r) {
-      if (parts[r].shape != parts[0].shape) {
-        throw InvalidArgumentError(str_cat("reduce: shapes differ across replicas: replica 0 has ",
-                                           detail::format_shape(leaves[0][i].shape), " and replica ", r, " has ",
-                                           detail::format_shape(leaves[r][i].shape),
-                                           axis ? " (they may differ only along `axis`)" : "",
-                                           leaves[0].size() > 1 ? str_cat(" (tensor ", i, " of the nest)") : ""));
-      }
-    }
-    detail::UntypedTensor result = detail::make_untyped(parts[0].dtype, parts[0].shape, cpu0);
-    if (workers) {
-      signature += str_cat(i ? ", " : "", dtype_name(result.dtype), detail::format_shape(result.shape));
-      cross_device_ops_->reduce(ReduceOp::SUM, parts, result);
-      counts.push_back(axis ? count : static_cast<int64_t>(n));
-    } else if (!axis) {
-      cross_device_ops_->reduce(op, parts, result);
-    } else {
-      cross_device_ops_->reduce(ReduceOp::SUM, parts, result);
-      if (op == ReduceOp::MEAN && result.numel)
-        detail::backend_for(cpu0).divide(result.dtype, result.data(), result.numel, count);
-    }
-    out.push_back(std::move(result));
-  }
-  if (workers) {
-    // Every worker checks the others reduce the same structure before any worker's bytes move.
-    const double t = extended_.collective_timeout_seconds();
-    workers->agree("reduce",
-                   str_cat(op == ReduceOp::SUM ? "SUM" : "MEAN", axis ? str_cat(" axis ", *axis) : "", " of ",
-                           structures[0], ": ", signature),
-                   t);
-    workers->sum(out, counts, t);
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      if (op == ReduceOp::MEAN && out[i].numel)
-        detail::backend_for(cpu0).divide(out[i].dtype, out[i].data(), out[i].numel, counts[i]);
-    }
-  }
-  return out;
+  // A value that is not per replica (one leaf set) is every worker's own: not summed across them.
+  const bool distributed = leaves.size() == devices_.size();
+  return rt_->plan.reduce(op, leaves, structures, axis, distributed,
+                          Deadline::after(extended_.collective_timeout_seconds()));
 }
 
 detail::UntypedTensor Strategy::gather_flat(const std::vector<detail::UntypedTensor>& parts, int axis) const {
@@ -327,23 +228,7 @@ detail::UntypedTensor Strategy::gather_flat(const std::vector<detail::UntypedTen
     trace.arg("bytes", bytes);
     trace.arg("axis", axis);
   }
-  if (detail::WorkerStage* workers = rt_->workers.get()) {
-    try {
-      return workers->gather(parts, axis, extended_.collective_timeout_seconds());
-    } catch (...) {
-      workers->local_failure(std::current_exception());
-      throw;
-    }
-  }
-  std::vector<const Shape*> shapes;
-  for (const auto& p : parts) shapes.push_back(&p.shape);
-  int a = axis;
-  const Shape out_shape = detail::concat_shape("gather", shapes, a);
-  detail::UntypedTensor out = detail::make_untyped(parts[0].dtype, out_shape, cpu0);
-  std::vector<const detail::UntypedTensor*> ptrs;
-  for (const auto& p : parts) ptrs.push_back(&p);
-  detail::concat_into(ptrs, a, out);
-  return out;
+  return rt_->plan.gather(parts, axis, Deadline::after(extended_.collective_timeout_seconds()));
 }
 
 }  // namespace mirrored

@@ -18,6 +18,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <mirrored/mirrored.hpp>
@@ -419,6 +420,35 @@ int fault(const Args& a, bool kill) {
   return g_failures ? 1 : 0;
 }
 
+// One deadline across workers: worker `victim` never enters the all-reduce, and on the other
+// workers the leader replica (local replica 0, which drives the cross-worker stage) enters it
+// 0.9 × timeout after replica 1. The error must come by the deadline replica 1's call set, plus
+// the grace: neither the late leader nor the cross-worker stage may start a timeout of its own.
+int late_leader(const Args& a) {
+  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(2));
+  const int rank = s.extended().worker_index();
+  if (rank == a.victim) {
+    std::cout << "victim " << rank << " never calls" << std::endl;
+    for (;;) pause();  // killed by the harness
+  }
+  const auto start = Clock::now();
+  try {
+    s.run([&] {
+      if (get_replica_context()->replica_id_in_sync_group() % 2 == 0)  // local replica 0 of 2
+        std::this_thread::sleep_for(std::chrono::duration<double>(0.9 * a.timeout));
+      return get_replica_context()->all_reduce(ReduceOp::SUM, Tensor<float>::full({64}, 1.0f));
+    });
+    CHECK(false, "the all_reduce succeeded without worker ", a.victim);
+  } catch (const DeadlineExceededError& e) {
+    const double took = std::chrono::duration<double>(Clock::now() - start).count();
+    std::cout << "DeadlineExceededError after " << took << " s: " << e.what() << std::endl;
+    CHECK(took >= a.timeout && took < a.timeout + kCollectiveGraceSeconds, "took ", took, " s for a timeout of ",
+          a.timeout, " s (grace ", kCollectiveGraceSeconds, " s)");
+  }
+  std::cout << (g_failures == 0 ? "OK" : "FAILED") << std::endl;
+  return g_failures ? 1 : 0;
+}
+
 // The victim's replica function throws at step `step`: the others' collective fails at once with
 // AbortedError naming it, instead of waiting for the timeout; afterwards collectives fail.
 int replica_throws(const Args& a) {
@@ -506,6 +536,7 @@ int main(int argc, char** argv) {
     if (a.scenario == "never_join") return never_join(a);
     if (a.scenario == "leave_early") return leave_early(a);
     if (a.scenario == "replica_throws") return replica_throws(a);
+    if (a.scenario == "late_leader") return late_leader(a);
     if (a.scenario == "hello") {
       MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
       std::cout << "hello from worker " << s.extended().worker_index() << " of " << s.extended().num_workers()

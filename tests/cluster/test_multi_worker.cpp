@@ -155,6 +155,24 @@ TEST(MultiWorker, AStoppedWorkerGivesDeadlineExceededAfterTheTimeout) {
   }
 }
 
+// One deadline per collective across workers: a peer that never arrives fails the all-reduce at
+// the timeout plus the grace, counted from the first local replica's call, even though the leader
+// replica entered late (measured inside the workers; over TCP and shared memory).
+TEST(MultiWorker, APeerThatNeverArrivesFailsTheCollectiveAtTheTimeoutPlusTheGrace) {
+  for (const auto* env : {&kTcp, &kShm}) {
+    Job job(2, ranks(2), worker("late_leader", {"--victim", "1", "--timeout", "2"}), *env);
+    job.wait_for_output(0, "OK", kRunSeconds);
+    job.signal(1, SIGKILL);
+    ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+    EXPECT_EQ(job.code(0), 0) << job.outputs();
+    EXPECT_THAT(job.output(0), HasSubstr("DeadlineExceededError after")) << job.outputs();
+    const std::string out = job.output(0);
+    const auto at = out.find("DeadlineExceededError after");
+    if (at != std::string::npos)  // the measurement, for the record
+      std::cout << (env == &kTcp ? "tcp: " : "shm: ") << out.substr(at, out.find(':', at) - at) << "\n";
+  }
+}
+
 TEST(MultiWorker, AStoppedWorkerOnSharedMemoryGivesDeadlineExceeded) {
   Job job(2, ranks(2), worker("stop", {"--victim", "1", "--step", "2", "--timeout", "2"}), kShm);
   job.wait_for_output(0, "OK", kRunSeconds);

@@ -26,9 +26,9 @@ TEST(CollectiveGroup, JoinPublishesEveryPayloadAndSyncOrdersPhases) {
     run_ranks(n, [&](int r) {
       for (int round = 0; round < 100; ++round) {
         const int mine = r * 1000 + round;
-        g.join(r, CollectiveKind::all_reduce, &mine, 10);
+        g.join(r, CollectiveKind::all_reduce, &mine, Deadline::after(10));
         for (int q = 0; q < n; ++q) wrong += *static_cast<const int*>(g.payload(q)) != q * 1000 + round;
-        g.sync(r, 10);  // nobody's payload changes before everyone has read it
+        g.sync(r, Deadline::after(10));  // nobody's payload changes before everyone has read it
       }
     });
     EXPECT_EQ(wrong.load(), 0) << n << " ranks";
@@ -41,8 +41,9 @@ TEST(CollectiveGroup, DifferentKindsFailOnEveryRank) {
   g.begin_run();
   std::vector<std::string> msgs(3);
   run_ranks(3, [&](int r) {
-    msgs[r] = message_of<FailedPreconditionError>(
-        [&] { g.join(r, r == 2 ? CollectiveKind::all_gather : CollectiveKind::all_reduce, nullptr, 10); });
+    msgs[r] = message_of<FailedPreconditionError>([&] {
+      g.join(r, r == 2 ? CollectiveKind::all_gather : CollectiveKind::all_reduce, nullptr, Deadline::after(10));
+    });
   });
   for (const auto& m : msgs) {
     EXPECT_THAT(m, HasSubstr("replica 0 called all_reduce (collective call 1), replica 1 called all_reduce "
@@ -59,7 +60,8 @@ TEST(CollectiveGroup, FinishedRankReleasesWaitersWithFailedPrecondition) {
       std::this_thread::sleep_for(20ms);
       g.finish(1);
     } else {
-      msg = message_of<FailedPreconditionError>([&] { g.join(0, CollectiveKind::merge_call, nullptr, 60); });
+      msg = message_of<FailedPreconditionError>(
+          [&] { g.join(0, CollectiveKind::merge_call, nullptr, Deadline::after(60)); });
     }
   });
   EXPECT_THAT(msg, HasSubstr("replica 1 returned from the replica function after 0 collective calls, while replica 0 "
@@ -73,7 +75,7 @@ TEST(CollectiveGroup, DeadlineNamesTheMissingRanks) {
   run_ranks(4, [&](int r) {
     if (r == 1 || r == 3) return;  // never arrive
     // The first rank to time out aborts the group; the other sees AbortedError with its reason.
-    msgs[r] = message_of<Error>([&] { g.join(r, CollectiveKind::all_reduce, nullptr, 0.1); });
+    msgs[r] = message_of<Error>([&] { g.join(r, CollectiveKind::all_reduce, nullptr, Deadline::after(0.1)); });
   });
   for (int r : {0, 2}) {
     EXPECT_THAT(msgs[r], HasSubstr("for replicas [1, 3] that never arrived"));
@@ -90,17 +92,17 @@ TEST(CollectiveGroup, AbortReleasesWaitersAndLaterArrivals) {
     if (r == 2) {
       std::this_thread::sleep_for(30ms);
       g.abort("replica 2 gave up");
-      msgs[r] = message_of<AbortedError>([&] { g.join(r, CollectiveKind::all_reduce, nullptr, 60); });
+      msgs[r] = message_of<AbortedError>([&] { g.join(r, CollectiveKind::all_reduce, nullptr, Deadline::after(60)); });
       return;
     }
-    msgs[r] = message_of<AbortedError>([&] { g.join(r, CollectiveKind::all_reduce, nullptr, 60); });
+    msgs[r] = message_of<AbortedError>([&] { g.join(r, CollectiveKind::all_reduce, nullptr, Deadline::after(60)); });
   });
   for (const auto& m : msgs) EXPECT_EQ(m, "replica 2 gave up");
   EXPECT_TRUE(g.aborted());
   // A new run starts clean.
   g.begin_run();
   EXPECT_FALSE(g.aborted());
-  run_ranks(3, [&](int r) { g.join(r, CollectiveKind::all_reduce, nullptr, 10); });
+  run_ranks(3, [&](int r) { g.join(r, CollectiveKind::all_reduce, nullptr, Deadline::after(10)); });
   EXPECT_EQ(g.calls(0), 1);
 }
 
@@ -115,7 +117,8 @@ TEST(CollectiveGroup, ArrivalsOfAnAbortedRunDoNotCountInTheNext) {
       g.begin_run();
       run_ranks(n, [&](int r) {
         if (r == stale) {
-          (void)message_of<AbortedError>([&] { g.join(r, CollectiveKind::all_reduce, nullptr, kTimeout); });
+          (void)message_of<AbortedError>(
+              [&] { g.join(r, CollectiveKind::all_reduce, nullptr, Deadline::after(kTimeout)); });
         } else {
           std::this_thread::sleep_for(50ms);  // so that `stale` has arrived (else it is not stale)
           g.abort("replica failed");
@@ -133,7 +136,7 @@ TEST(CollectiveGroup, ArrivalsOfAnAbortedRunDoNotCountInTheNext) {
         }
         // The first to notice throws FailedPreconditionError and aborts the group; the others see
         // AbortedError with the same reason.
-        msgs[r] = message_of<Error>([&] { g.join(r, CollectiveKind::all_reduce, nullptr, kTimeout); });
+        msgs[r] = message_of<Error>([&] { g.join(r, CollectiveKind::all_reduce, nullptr, Deadline::after(kTimeout)); });
       });
       EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << n << " ranks, stale " << stale;
       for (int r = 0; r < n; ++r) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "collectives/ops_selection.hpp"
+#include "collectives/packing.hpp"
 
 #include "harness.hpp"
 
@@ -67,10 +68,20 @@ TEST(OpsSelection, StrategiesOnHostDevicesUseTheRule) {
 
 // ---------------------------------------------------------------------------------------------
 
-using Leaves = std::vector<std::pair<DType, int64_t>>;
+// NcclAllReduce's packing: the one planner under NCCL's rule (num_packs chunks, no empty leaves).
+detail::PackRule nccl_rule(int num_packs, int64_t bytes_per_pack = 0) {
+  return detail::nccl_pack_rule(num_packs, bytes_per_pack);
+}
 
-TEST(NcclPacks, ZeroPacksIsOneCallPerTensor) {
-  const auto packs = detail::plan_nccl_packs({{DType::float32, 10}, {DType::float32, 0}, {DType::int64, 3}}, 0);
+std::vector<detail::PackLeaf> leaves_of(const std::vector<std::pair<DType, int64_t>>& l, Device d = cpu0) {
+  std::vector<detail::PackLeaf> out;
+  for (const auto& [dtype, numel] : l) out.push_back({dtype, d, numel});
+  return out;
+}
+
+TEST(Packs, ZeroPacksIsOneCallPerTensor) {
+  const auto packs =
+      detail::plan_packs(leaves_of({{DType::float32, 10}, {DType::float32, 0}, {DType::int64, 3}}), nccl_rule(0));
   ASSERT_EQ(packs.size(), 2u);
   EXPECT_EQ(packs[0].leaves, (std::vector<std::size_t>{0}));
   EXPECT_EQ(packs[1].leaves, (std::vector<std::size_t>{2}));
@@ -78,9 +89,9 @@ TEST(NcclPacks, ZeroPacksIsOneCallPerTensor) {
   EXPECT_EQ(packs[1].chunks, (std::vector<std::pair<int64_t, int64_t>>{{0, 3}}));
 }
 
-TEST(NcclPacks, OnePackConcatenatesRunsOfOneDtype) {
-  const Leaves leaves = {{DType::float32, 4}, {DType::float32, 6}, {DType::float64, 2}, {DType::float32, 1}};
-  const auto packs = detail::plan_nccl_packs(leaves, 1);
+TEST(Packs, OnePackConcatenatesRunsOfOneDtype) {
+  const auto leaves = leaves_of({{DType::float32, 4}, {DType::float32, 6}, {DType::float64, 2}, {DType::float32, 1}});
+  const auto packs = detail::plan_packs(leaves, nccl_rule(1));
   ASSERT_EQ(packs.size(), 3u);
   EXPECT_EQ(packs[0].leaves, (std::vector<std::size_t>{0, 1}));
   EXPECT_TRUE(packs[0].concatenated());
@@ -90,20 +101,43 @@ TEST(NcclPacks, OnePackConcatenatesRunsOfOneDtype) {
   EXPECT_EQ(packs[2].leaves, (std::vector<std::size_t>{3}));
 }
 
-TEST(NcclPacks, SeveralPacksSplitEvenlyAndDropEmptyChunks) {
-  const auto packs = detail::plan_nccl_packs({{DType::float32, 7}, {DType::float32, 3}}, 3);
+TEST(Packs, SeveralPacksSplitEvenlyAndDropEmptyChunks) {
+  const auto packs = detail::plan_packs(leaves_of({{DType::float32, 7}, {DType::float32, 3}}), nccl_rule(3));
   ASSERT_EQ(packs.size(), 1u);
   EXPECT_EQ(packs[0].chunks, (std::vector<std::pair<int64_t, int64_t>>{{0, 4}, {4, 7}, {7, 10}}));
-  const auto tiny = detail::plan_nccl_packs({{DType::int32, 2}}, 5);
+  const auto tiny = detail::plan_packs(leaves_of({{DType::int32, 2}}), nccl_rule(5));
   EXPECT_EQ(tiny[0].chunks, (std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 2}}));
-  EXPECT_TRUE(detail::plan_nccl_packs({{DType::int32, 0}}, 2).empty());
-  EXPECT_TRUE(detail::plan_nccl_packs({}, 1).empty());
+  EXPECT_TRUE(detail::plan_packs(leaves_of({{DType::int32, 0}}), nccl_rule(2)).empty());
+  EXPECT_TRUE(detail::plan_packs({}, nccl_rule(1)).empty());
 }
 
-TEST(NcclPacks, ChunksCoverEveryElementOnce) {
+// bytes_per_pack closes packs on every path, NCCL's included: a pack is full once it holds the
+// limit (the rule GradientBuckets shares), and is never split.
+TEST(Packs, BytesPerPackClosesAPackOnceItHoldsTheLimit) {
+  // 4-byte floats, 16-byte packs: the first leaf fills one exactly, so the next starts anew.
+  const auto leaves = leaves_of(
+      {{DType::float32, 4}, {DType::float32, 1}, {DType::float32, 2}, {DType::float32, 5}, {DType::float32, 1}});
+  const auto packs = detail::plan_packs(leaves, nccl_rule(1, 16));
+  ASSERT_EQ(packs.size(), 3u);
+  EXPECT_EQ(packs[0].leaves, (std::vector<std::size_t>{0}));
+  EXPECT_EQ(packs[1].leaves, (std::vector<std::size_t>{1, 2, 3}));  // 4 + 8 bytes, then 20 more: 32 > 16
+  EXPECT_EQ(packs[2].leaves, (std::vector<std::size_t>{4}));
+  EXPECT_EQ(packs[1].numel, 8);
+  EXPECT_TRUE(detail::pack_is_full(16, 16));
+  EXPECT_FALSE(detail::pack_is_full(15, 16));
+  EXPECT_FALSE(detail::pack_is_full(1 << 30, 0));
+  // Devices part packs as dtypes do.
+  std::vector<detail::PackLeaf> mixed{{DType::float32, cpu0, 1}, {DType::float32, Device(DeviceType::CPU, 1), 1}};
+  EXPECT_EQ(detail::plan_packs(mixed, nccl_rule(1)).size(), 2u);
+  EXPECT_THAT(message_of<InvalidArgumentError>([] { detail::plan_packs({}, nccl_rule(1, -1)); }),
+              HasSubstr("bytes_per_pack must be >= 0"));
+}
+
+TEST(Packs, ChunksCoverEveryElementOnce) {
   for (int k = 1; k <= 9; ++k) {
     for (int64_t n : {1, 2, 5, 100, 1001}) {
-      const auto packs = detail::plan_nccl_packs({{DType::float32, n}, {DType::float32, n / 2 + 1}}, k);
+      const auto packs =
+          detail::plan_packs(leaves_of({{DType::float32, n}, {DType::float32, n / 2 + 1}}), nccl_rule(k));
       ASSERT_EQ(packs.size(), 1u);
       int64_t at = 0;
       for (const auto& [b, e] : packs[0].chunks) {
@@ -117,9 +151,12 @@ TEST(NcclPacks, ChunksCoverEveryElementOnce) {
   }
 }
 
-TEST(NcclPacks, NegativePacksAreInvalid) {
-  EXPECT_THAT(message_of<InvalidArgumentError>([] { detail::plan_nccl_packs({}, -1); }),
-              HasSubstr("num_packs must be >= 0"));
+TEST(Packs, NegativePacksAreInvalid) {
+  EXPECT_THAT(message_of<InvalidArgumentError>([] { NcclAllReduce ops(-1); }), HasSubstr("num_packs must be >= 0"));
+  detail::PackRule rule;
+  rule.chunks = 0;
+  EXPECT_THAT(message_of<InvalidArgumentError>([&] { detail::plan_packs({}, rule); }),
+              HasSubstr("chunks must be >= 1"));
 }
 
 // ---------------------------------------------------------------------------------------------

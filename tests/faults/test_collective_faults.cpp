@@ -258,5 +258,112 @@ std::vector<Case> all_cases() {
 INSTANTIATE_TEST_SUITE_P(Faults, CollectiveFaults, ::testing::ValuesIn(all_cases()),
                          [](const auto& info) { return info.param.name(); });
 
+// ---------------------------------------------------------------------------------------------
+// One deadline per collective: made where each replica's call enters the library, the earliest of
+// them bounding every later wait of the collective (the rendezvous, the backend's syncs), never
+// re-armed by a layer below.
+
+// A backend in which replica `stuck` never leaves the collective: it waits (until the run is
+// aborted) where the others sync.
+class StuckOps : public ReductionToOneDevice {
+ public:
+  explicit StuckOps(int replica) : stuck(replica) {}
+  void all_reduce(ReduceOp op, CollectiveStep& step) override {
+    if (step.replica() == stuck.load()) {
+      const auto give_up = std::chrono::steady_clock::now() + 20s;
+      while (!step.aborted() && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
+    }
+    step.sync();
+    ReductionToOneDevice::all_reduce(op, step);
+  }
+  std::atomic<int> stuck;  // -1: none
+};
+
+TEST(OneDeadline, ACollectiveEndsByItsFirstReplicasDeadlinePlusTheGrace) {
+  // Replica 1 enters 0.9 t after replica 0; inside, replica 2 never gets through. The others'
+  // wait in the backend ends t after replica 0 entered (the earliest deadline), not t after the
+  // late replica's join completed (1.9 t), and within the documented grace.
+  constexpr double t = 2.0;
+  auto ops = std::make_shared<StuckOps>(2);
+  MirroredStrategy s(testing::cpus(3), ops);
+  CommunicationOptions o;
+  o.timeout_seconds = t;
+  std::vector<double> took(3, -1);
+  std::vector<std::string> type(3);
+  std::string run_error;
+  try {
+    s.run([&] {
+      const int r = get_replica_context()->replica_id_in_sync_group();
+      if (r == 1) std::this_thread::sleep_for(std::chrono::duration<double>(0.9 * t));
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        get_replica_context()->all_reduce(ReduceOp::SUM, 1.0f, o);
+      } catch (...) {
+        took[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        type[r] = testing::error_type(std::current_exception());
+        throw;
+      }
+    });
+  } catch (...) {
+    run_error = testing::error_type(std::current_exception());
+  }
+  EXPECT_EQ(run_error, "DeadlineExceededError");
+  // The first of replicas 0 and 1 to see the deadline raises it; the other sees the abort.
+  EXPECT_TRUE(type[0] == "DeadlineExceededError" || type[0] == "AbortedError") << type[0];
+  EXPECT_GE(took[0], t);
+  EXPECT_LT(took[0], t + kCollectiveGraceSeconds) << "replica 0 waited past its deadline plus the grace";
+  // The late replica fails with replica 0: 0.1 t after it entered, long before its own t.
+  EXPECT_LT(took[1], 0.1 * t + kCollectiveGraceSeconds) << "replica 1 got a deadline of its own";
+  ops->stuck = -1;
+  EXPECT_EQ(testing::check_strategy_works(s), "");
+}
+
+TEST(OneDeadline, AReplicaThatNeverArrivesFailsTheCollectiveAtTheTimeoutPlusTheGrace) {
+  constexpr double t = 1.0;
+  for (int n : {2, 4}) {
+    MirroredStrategy s(testing::cpus(n));
+    CommunicationOptions o;
+    o.timeout_seconds = t;
+    std::atomic<int> others_done{0};
+    std::vector<double> took(n, -1);
+    std::vector<std::string> type(n);
+    try {
+      s.run([&] {
+        const int r = get_replica_context()->replica_id_in_sync_group();
+        if (r == n - 1) {
+          // Never arrives while the others wait (bounded, should they never give up).
+          const auto give_up = std::chrono::steady_clock::now() + 20s;
+          while (others_done.load() < n - 1 && std::chrono::steady_clock::now() < give_up)
+            std::this_thread::sleep_for(1ms);
+          return;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          get_replica_context()->all_reduce(ReduceOp::SUM, Tensor<float>::full({1024}, 1.0f), o);
+        } catch (...) {
+          took[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          type[r] = testing::error_type(std::current_exception());
+          ++others_done;
+          throw;
+        }
+      });
+    } catch (...) {
+    }
+    // The first replica past its deadline raises it (after its timeout); the others see the abort.
+    int timed_out = 0;
+    for (int r = 0; r < n - 1; ++r) {
+      EXPECT_LT(took[r], t + kCollectiveGraceSeconds) << n << " replicas, replica " << r;
+      if (type[r] == "DeadlineExceededError") {
+        ++timed_out;
+        EXPECT_GE(took[r], t) << n << " replicas, replica " << r;
+      } else {
+        EXPECT_EQ(type[r], "AbortedError") << n << " replicas, replica " << r;
+      }
+    }
+    EXPECT_GE(timed_out, 1) << n << " replicas";
+    EXPECT_EQ(testing::check_strategy_works(s), "");
+  }
+}
+
 }  // namespace
 }  // namespace mirrored

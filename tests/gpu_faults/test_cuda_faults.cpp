@@ -154,7 +154,7 @@ TEST_F(CudaFaults, SynchronizeHasADeadline) {
   ASSERT_EQ(cudaLaunchHostFunc(
                 be.stream(), [](void*) { std::this_thread::sleep_for(std::chrono::seconds(2)); }, nullptr),
             cudaSuccess);
-  const std::string msg = message_of<DeadlineExceededError>([&] { be.synchronize_for(0.2); });
+  const std::string msg = message_of<DeadlineExceededError>([&] { be.synchronize_until(Deadline::after(0.2)); });
   EXPECT_THAT(msg, HasSubstr("GPU:0 (physical GPU 0)"));
   EXPECT_THAT(msg, HasSubstr("within 0.2 s"));
   be.synchronize();

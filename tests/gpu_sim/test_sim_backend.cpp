@@ -133,7 +133,7 @@ TEST(SimulatedGpu, SynchronizeHasADeadline) {
   const auto t = Tensor<float>::zeros({8}, kGpu2);
   stream.hold();
   const auto u = t + 1.0f;
-  const std::string msg = message_of<DeadlineExceededError>([&] { be.synchronize_for(0.05); });
+  const std::string msg = message_of<DeadlineExceededError>([&] { be.synchronize_until(Deadline::after(0.05)); });
   stream.release();
   EXPECT_THAT(msg, HasSubstr("GPU:2 (physical GPU 1)"));
   EXPECT_THAT(msg, HasSubstr("0.05 s"));

@@ -68,7 +68,7 @@ TEST(SimStream, FailedWorkIsStickyAndReported) {
 TEST(SimEvent, NeverRecordedIsReached) {
   Event e("GPU:9");
   EXPECT_TRUE(e.query());
-  EXPECT_NO_THROW(e.synchronize(0.01));
+  EXPECT_NO_THROW(e.synchronize(Deadline::after(0.01)));
 }
 
 TEST(SimEvent, MarksTheWorkEnqueuedBeforeItsRecord) {
@@ -80,12 +80,12 @@ TEST(SimEvent, MarksTheWorkEnqueuedBeforeItsRecord) {
   e.record(a);
   a.enqueue([&] { second = 1; });
   EXPECT_FALSE(e.query());
-  const std::string msg = testing::message_of<DeadlineExceededError>([&] { e.synchronize(0.05); });
+  const std::string msg = testing::message_of<DeadlineExceededError>([&] { e.synchronize(Deadline::after(0.05)); });
   EXPECT_THAT(msg, HasSubstr("GPU:9"));
   EXPECT_THAT(msg, HasSubstr("stream a"));
   EXPECT_THAT(msg, HasSubstr("0.05 s"));
   a.release();
-  e.synchronize(60);
+  e.synchronize(Deadline::after(60));
   EXPECT_EQ(first.load(), 1);
   EXPECT_TRUE(e.query());
   ASSERT_TRUE(a.wait(a.last_ticket(), Clock::now() + 60s));
@@ -96,7 +96,7 @@ TEST(SimEvent, MarksTheWorkEnqueuedBeforeItsRecord) {
   e.record(a);
   EXPECT_FALSE(e.query());
   a.release();
-  e.synchronize(60);
+  e.synchronize(Deadline::after(60));
 }
 
 // A stream that waits for an event (what DeviceBackend::wait_event enqueues) runs its later work

@@ -353,10 +353,10 @@ class BatchClaimingOps : public ReductionToOneDevice {
   double timeout_seen = 0;
   bool batch_all_reduce(ReduceOp, const std::vector<std::vector<detail::UntypedTensor>>& inputs,
                         const std::vector<Device>& devices, std::vector<std::vector<detail::UntypedTensor>>& outputs,
-                        double timeout_s) override {
+                        const Deadline& deadline) override {
     ++calls;
     devices_seen = devices;
-    timeout_seen = timeout_s;
+    timeout_seen = deadline.timeout_seconds();
     if (!claim) return false;
     outputs.assign(inputs.size(), {});
     for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -413,9 +413,10 @@ TEST(Packing, GreedyGroupBySize) {
   using Plan = std::vector<std::vector<std::size_t>>;
   // 0: everything of one dtype in one pack.
   EXPECT_EQ(detail::plan_packs(leaves({1, 2, 3}), 0), (Plan{{0, 1, 2}}));
-  // A pack closes once it exceeds the limit (bytes: 4 per element).
+  // A pack closes once it holds the limit (bytes: 4 per element), as a GradientBuckets bucket does.
   EXPECT_EQ(detail::plan_packs(leaves({1, 2, 3, 1}), 8), (Plan{{0, 1}, {2}, {3}}));
-  EXPECT_EQ(detail::plan_packs(leaves({1, 1, 1, 1}), 8), (Plan{{0, 1, 2}, {3}}));
+  EXPECT_EQ(detail::plan_packs(leaves({1, 1, 1, 1}), 8), (Plan{{0, 1}, {2, 3}}));
+  EXPECT_EQ(detail::plan_packs(leaves({1, 1, 1}), 9), (Plan{{0, 1, 2}}));
   EXPECT_EQ(detail::plan_packs(leaves({10, 10}), 1), (Plan{{0}, {1}}));
   // A dtype change starts a new pack.
   EXPECT_EQ(detail::plan_packs(leaves({1, 1, 1}, {DType::float32, DType::float64, DType::float64}), 0),

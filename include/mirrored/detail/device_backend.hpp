@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "mirrored/deadline.hpp"
 #include "mirrored/device.hpp"
 #include "mirrored/dtype.hpp"
 
@@ -71,9 +72,9 @@ class DeviceEvent {
   virtual ~DeviceEvent() = default;
   /// True when the work before its latest record has finished.
   virtual bool query() const = 0;
-  /// Blocks until `query()` would be true. \throws DeadlineExceededError after `timeout_s`
-  /// seconds (the work goes on); InternalError when the device failed.
-  virtual void synchronize(double timeout_s) const = 0;
+  /// Blocks until `query()` would be true. \throws DeadlineExceededError past `deadline` (the
+  /// work goes on); InternalError when the device failed.
+  virtual void synchronize(const Deadline& deadline) const = 0;
 };
 
 /// Memory, copies and kernels of one device. Work is ordered on the backend's streams (the
@@ -189,12 +190,13 @@ class DeviceBackend {
             host_syncs_.load(std::memory_order_relaxed)};
   }
 
-  /// Blocks until all work enqueued on the calling thread's stream has finished: at most
-  /// `timeout_s` seconds. \throws DeadlineExceededError past it (naming the device; the work goes
-  /// on), InternalError when the device failed, InvalidArgumentError for an integer division by
-  /// zero that a kernel on this stream found since the last synchronize.
-  virtual void synchronize_for(double timeout_s) = 0;
-  /// `synchronize_for` the default deadline (`MIRRORED_COLLECTIVE_TIMEOUT_S`, 1800 s).
+  /// Blocks until all work enqueued on the calling thread's stream has finished, by `deadline`
+  /// (the calling collective's, or one made for this wait). \throws DeadlineExceededError past it
+  /// (naming the device; the work goes on), InternalError when the device failed,
+  /// InvalidArgumentError for an integer division by zero that a kernel on this stream found since
+  /// the last synchronize.
+  virtual void synchronize_until(const Deadline& deadline) = 0;
+  /// `synchronize_until` the default timeout from now (`MIRRORED_COLLECTIVE_TIMEOUT_S`, 1800 s).
   void synchronize();
 
   /// A new event of this backend (see DeviceEvent). The host backend's is always reached.

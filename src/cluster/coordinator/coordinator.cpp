@@ -296,7 +296,8 @@ std::string Coordinator::describe_stale() {
   }
 }
 
-void Coordinator::collective(const char* what, double timeout_s, const std::function<void(Clock::time_point)>& body) {
+void Coordinator::collective(const char* what, const mirrored::Deadline& call_deadline,
+                             const std::function<void(Clock::time_point)>& body) {
   {
     std::unique_lock lock(mu_);
     if (failure_) {
@@ -331,7 +332,10 @@ void Coordinator::collective(const char* what, double timeout_s, const std::func
     }
   }
   in_flight_.store(seq);
-  const auto deadline = net::deadline_after(timeout_s);
+  // The call's deadline, made where it entered the library: the local rendezvous before this
+  // point has spent part of it already.
+  const auto deadline = call_deadline.time_point();
+  const double timeout_s = call_deadline.timeout_seconds();
   try {
     body(deadline);
   } catch (const TransportError& e) {

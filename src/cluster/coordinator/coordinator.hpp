@@ -27,6 +27,7 @@
 #include "cluster/store/store.hpp"
 #include "cluster/transport/peers.hpp"
 #include "cluster/transport/transport.hpp"
+#include "mirrored/deadline.hpp"
 
 namespace mirrored::detail::cluster {
 
@@ -57,10 +58,12 @@ class Coordinator {
   /// Keys of this job attempt start with this (job id and generation).
   const std::string& prefix() const noexcept { return prefix_; }
 
-  /// Runs one cross-worker collective: `body(deadline)` moves the bytes through the transport.
+  /// Runs one cross-worker collective: `body(deadline)` moves the bytes through the transport, by
+  /// the call's `deadline` (never a new one).
   /// \throws FailedPreconditionError when the job failed earlier (or a worker left before this
   /// collective); on a failure inside `body`, the job's first failure with its type.
-  void collective(const char* what, double timeout_s, const std::function<void(Clock::time_point)>& body);
+  void collective(const char* what, const mirrored::Deadline& deadline,
+                  const std::function<void(Clock::time_point)>& body);
 
   /// Number of collectives made so far.
   int64_t collectives() const noexcept { return seq_.load(); }

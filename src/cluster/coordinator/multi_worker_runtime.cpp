@@ -14,7 +14,7 @@
 namespace mirrored::detail::cluster {
 namespace {
 
-using Deadline = Coordinator::Clock::time_point;
+using TimePoint = Coordinator::Clock::time_point;
 
 // Errors every worker raises together, from the same exchanged data: the job stays usable.
 class WorkersInvalidArgument : public InvalidArgumentError {
@@ -140,7 +140,7 @@ Coordinator& MultiWorkerRuntime::coordinator() {
   return *coordinator_;
 }
 
-void MultiWorkerRuntime::check_same_call(const std::string& op, const std::string& signature, Deadline deadline) {
+void MultiWorkerRuntime::check_same_call(const std::string& op, const std::string& signature, TimePoint deadline) {
   Coordinator& c = coordinator();
   const int w_count = c.num_workers();
   const std::string text = op + ": " + signature;
@@ -184,12 +184,13 @@ void MultiWorkerRuntime::check_same_call(const std::string& op, const std::strin
   }
 }
 
-void MultiWorkerRuntime::agree(const std::string& op, const std::string& signature, double timeout_s) {
-  coordinator().collective(op.c_str(), timeout_s, [&](Deadline d) { check_same_call(op, signature, d); });
+void MultiWorkerRuntime::agree(const std::string& op, const std::function<std::string()>& signature,
+                               const mirrored::Deadline& deadline) {
+  coordinator().collective(op.c_str(), deadline, [&](TimePoint d) { check_same_call(op, signature(), d); });
 }
 
 void MultiWorkerRuntime::sum_across(const std::vector<UntypedTensor>& srcs, const std::vector<UntypedTensor>& dsts,
-                                    int64_t bytes_per_pack, Deadline deadline) {
+                                    int64_t bytes_per_pack, TimePoint deadline) {
   WorkerTransport& transport = coordinator().transport();
   for (const auto& pack : plan_packs(dsts, bytes_per_pack)) {
     const DType dtype = dsts[pack[0]].dtype;
@@ -222,7 +223,7 @@ void MultiWorkerRuntime::sum_across(const std::vector<UntypedTensor>& srcs, cons
 void MultiWorkerRuntime::all_reduce(ReduceOp op, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group) {
   const int me = step.replica();
   const int n = step.num_replicas();
-  const double t = step.timeout_seconds();
+  const mirrored::Deadline& deadline = step.deadline();
   if (world_ && world_->covers(step)) {
     // GPU replicas: one NCCL all-reduce over every GPU of every worker, after the same check.
     if (me == 0) {
@@ -230,9 +231,10 @@ void MultiWorkerRuntime::all_reduce(ReduceOp op, CrossDeviceOps& local, Collecti
       trace_stage(trace, "all_reduce", step.inputs(0));
       const std::string signature =
           str_cat(op == ReduceOp::SUM ? "SUM of " : "MEAN of ", describe_leaves(step.inputs(0)));
-      coordinator().collective("all_reduce", t, [&](Deadline d) { check_same_call("all_reduce", signature, d); });
+      coordinator().collective("all_reduce", deadline,
+                               [&](TimePoint d) { check_same_call("all_reduce", signature, d); });
     }
-    if (group) group->sync(me, t + kLeaderGraceSeconds);
+    if (group) group->sync(me, deadline.extended(kLeaderGraceSeconds));
     try {
       world_->all_reduce_sum(step);
     } catch (const Error&) {
@@ -252,7 +254,7 @@ void MultiWorkerRuntime::all_reduce(ReduceOp op, CrossDeviceOps& local, Collecti
     const auto& sources = n > 1 ? step.outputs(0) : step.inputs(0);
     const std::string signature =
         str_cat(op == ReduceOp::SUM ? "SUM of " : "MEAN of ", describe_leaves(step.inputs(0)));
-    coordinator().collective("all_reduce", t, [&](Deadline d) {
+    coordinator().collective("all_reduce", deadline, [&](TimePoint d) {
       check_same_call("all_reduce", signature, d);
       sum_across(sources, step.outputs(0), step.bytes_per_pack(), d);
     });
@@ -260,7 +262,7 @@ void MultiWorkerRuntime::all_reduce(ReduceOp op, CrossDeviceOps& local, Collecti
     if (op == ReduceOp::MEAN) divide_all(step.outputs(0), static_cast<int64_t>(n) * num_workers_);
   }
   if (group) {
-    group->sync(me, t + kLeaderGraceSeconds);
+    group->sync(me, deadline.extended(kLeaderGraceSeconds));
     if (me != 0) {
       const auto& mine = step.outputs(me);
       const auto& first = step.outputs(0);
@@ -271,7 +273,7 @@ void MultiWorkerRuntime::all_reduce(ReduceOp op, CrossDeviceOps& local, Collecti
 }
 
 std::vector<Shape> MultiWorkerRuntime::exchange_shapes(const std::vector<const Shape*>& local, std::size_t rank,
-                                                       Deadline deadline) {
+                                                       TimePoint deadline) {
   Coordinator& c = coordinator();
   std::vector<int64_t> mine;
   for (const Shape* s : local) mine.insert(mine.end(), s->begin(), s->end());
@@ -288,7 +290,7 @@ std::vector<Shape> MultiWorkerRuntime::exchange_shapes(const std::vector<const S
 }
 
 void MultiWorkerRuntime::gather_across(const UntypedTensor& local_concat, const std::vector<Shape>& shapes,
-                                       int local_replicas, int axis, const UntypedTensor& out, Deadline deadline) {
+                                       int local_replicas, int axis, const UntypedTensor& out, TimePoint deadline) {
   Coordinator& c = coordinator();
   const std::size_t elem = dtype_size(out.dtype);
   std::vector<std::size_t> sizes;
@@ -334,7 +336,7 @@ void MultiWorkerRuntime::all_gather(int axis, CrossDeviceOps& /*local*/, Collect
                                     std::vector<UntypedTensor>& outs) {
   const int me = step.replica();
   const int n = step.num_replicas();
-  const double t = step.timeout_seconds();
+  const mirrored::Deadline& deadline = step.deadline();
   const UntypedTensor& in = step.inputs(me)[0];
   if (me == 0) {
     timeline::Scope trace("cross_worker", "collective");
@@ -342,7 +344,7 @@ void MultiWorkerRuntime::all_gather(int axis, CrossDeviceOps& /*local*/, Collect
     const UntypedTensor& first = step.inputs(0)[0];
     const std::string signature =
         str_cat("axis ", axis, ", ", dtype_name(first.dtype), " of rank ", first.shape.size());
-    coordinator().collective("all_gather", t, [&](Deadline d) {
+    coordinator().collective("all_gather", deadline, [&](TimePoint d) {
       check_same_call("all_gather", signature, d);
       std::vector<const Shape*> local_shapes;
       std::vector<const UntypedTensor*> local_parts;
@@ -366,7 +368,7 @@ void MultiWorkerRuntime::all_gather(int axis, CrossDeviceOps& /*local*/, Collect
     });
   }
   if (group) {
-    group->sync(me, t + kLeaderGraceSeconds);
+    group->sync(me, deadline.extended(kLeaderGraceSeconds));
     if (me != 0) {
       const UntypedTensor& first = step.outputs(0)[0];
       outs.push_back(make_untyped(in.dtype, first.shape, in.device()));
@@ -375,10 +377,11 @@ void MultiWorkerRuntime::all_gather(int axis, CrossDeviceOps& /*local*/, Collect
   }
 }
 
-void MultiWorkerRuntime::sum(std::vector<UntypedTensor>& tensors, std::vector<int64_t>& counts, double timeout_s) {
+void MultiWorkerRuntime::sum(std::vector<UntypedTensor>& tensors, std::vector<int64_t>& counts,
+                             const mirrored::Deadline& deadline) {
   timeline::Scope trace("cross_worker", "collective");
   trace_stage(trace, "reduce", tensors);
-  coordinator().collective("reduce", timeout_s, [&](Deadline d) {
+  coordinator().collective("reduce", deadline, [&](TimePoint d) {
     sum_across(tensors, tensors, 0, d);
     if (!counts.empty())
       coordinator().transport().all_reduce_sum(DType::int64, counts.data(), counts.data(),
@@ -386,13 +389,14 @@ void MultiWorkerRuntime::sum(std::vector<UntypedTensor>& tensors, std::vector<in
   });
 }
 
-UntypedTensor MultiWorkerRuntime::gather(const std::vector<UntypedTensor>& local_parts, int axis, double timeout_s) {
+UntypedTensor MultiWorkerRuntime::gather(const std::vector<UntypedTensor>& local_parts, int axis,
+                                         const mirrored::Deadline& deadline) {
   timeline::Scope trace("cross_worker", "collective");
   trace_stage(trace, "gather", local_parts);
   UntypedTensor out;
   const UntypedTensor& first = local_parts.at(0);
   const std::string signature = str_cat("axis ", axis, ", ", dtype_name(first.dtype), " of rank ", first.shape.size());
-  coordinator().collective("gather", timeout_s, [&](Deadline d) {
+  coordinator().collective("gather", deadline, [&](TimePoint d) {
     check_same_call("gather", signature, d);
     std::vector<const Shape*> local_shapes;
     std::vector<const UntypedTensor*> ptrs_local;
@@ -415,11 +419,11 @@ UntypedTensor MultiWorkerRuntime::gather(const std::vector<UntypedTensor>& local
   return out;
 }
 
-void MultiWorkerRuntime::broadcast(UntypedTensor& value, double timeout_s) {
+void MultiWorkerRuntime::broadcast(UntypedTensor& value, const mirrored::Deadline& deadline) {
   timeline::Scope trace("cross_worker", "collective");
   trace_stage(trace, "broadcast", {value});
   const std::string signature = str_cat(dtype_name(value.dtype), format_shape(value.shape));
-  coordinator().collective("variable creation (broadcast of the chief's initial value)", timeout_s, [&](Deadline d) {
+  coordinator().collective("variable creation (broadcast of the chief's initial value)", deadline, [&](TimePoint d) {
     check_same_call("broadcast", signature, d);
     UntypedTensor host = value;
     if (!value.device().is_host()) {

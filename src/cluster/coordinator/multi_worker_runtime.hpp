@@ -30,22 +30,25 @@ class MultiWorkerRuntime : public WorkerStage {
 
   int num_workers() const noexcept override { return num_workers_; }
   int worker_index() const noexcept override { return rank_; }
+  /// Never: the cross-worker stage reads the local results after the local reduction.
+  bool reduces_in_place(const CrossDeviceOps&) const noexcept override { return false; }
 
   void all_reduce(ReduceOp op, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group) override;
   void all_gather(int axis, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group,
                   std::vector<UntypedTensor>& outs) override;
-  void agree(const std::string& op, const std::string& signature, double timeout_s) override;
-  void sum(std::vector<UntypedTensor>& tensors, std::vector<int64_t>& counts, double timeout_s) override;
-  UntypedTensor gather(const std::vector<UntypedTensor>& local_parts, int axis, double timeout_s) override;
-  void broadcast(UntypedTensor& value, double timeout_s) override;
+  void agree(const std::string& op, const std::function<std::string()>& signature, const Deadline& deadline) override;
+  void sum(std::vector<UntypedTensor>& tensors, std::vector<int64_t>& counts, const Deadline& deadline) override;
+  UntypedTensor gather(const std::vector<UntypedTensor>& local_parts, int axis, const Deadline& deadline) override;
+  void broadcast(UntypedTensor& value, const Deadline& deadline) override;
   void local_failure(const std::exception_ptr& error) noexcept override;
 
   /// Leaves the job (goodbye and shutdown barrier); later calls fail. Idempotent.
   void shutdown();
 
-  /// Seconds a local replica waits for its leader beyond the collective timeout: the leader's
-  /// own cross-worker wait is bounded by the timeout, and its error (naming the worker at fault)
-  /// should be the one `run` reports.
+  /// Seconds a local replica waits for its leader beyond the collective's deadline: the leader's
+  /// own cross-worker wait ends by the deadline (plus kCollectiveGraceSeconds to learn the cause),
+  /// and its error (naming the worker at fault) aborts the local replicas at once and should be
+  /// the one `run` reports; this wait is only the backstop should the leader hang.
   static constexpr double kLeaderGraceSeconds = 10.0;
 
  private:

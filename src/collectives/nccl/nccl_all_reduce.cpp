@@ -18,6 +18,7 @@
 #include "collectives/collective_helpers.hpp"
 #include "collectives/nccl/nccl_comms.hpp"
 #include "collectives/ops_selection.hpp"
+#include "collectives/packing.hpp"
 #include "device/cuda/cuda_backend.hpp"
 #include "device/gpu/gpu_runtime.hpp"
 #include "device/gpu/logical_gpus.hpp"
@@ -39,6 +40,7 @@ using detail::nccl::Comms;
 using detail::nccl::create_comms;
 using detail::nccl::enqueue_group;
 using detail::nccl::Limits;
+using Clock = std::chrono::steady_clock;
 using detail::nccl::nccl_type;
 using detail::nccl::wait_for_completion;
 
@@ -127,7 +129,7 @@ std::vector<int> physical_of(const std::vector<int>& logical, const char* what) 
 // and split after them, all in the rank's stream order.
 class RankPacks {
  public:
-  RankPacks(CudaBackend& be, const std::vector<detail::NcclPack>& packs, std::vector<const UntypedTensor*> ins,
+  RankPacks(CudaBackend& be, const std::vector<detail::Pack>& packs, std::vector<const UntypedTensor*> ins,
             std::vector<const UntypedTensor*> outs)
       : be_(be), packs_(packs), ins_(std::move(ins)), outs_(std::move(outs)), bufs_(packs.size()) {
     for (std::size_t p = 0; p < packs_.size(); ++p) {
@@ -198,7 +200,7 @@ class RankPacks {
   }
 
   CudaBackend& be_;
-  const std::vector<detail::NcclPack>& packs_;
+  const std::vector<detail::Pack>& packs_;
   std::vector<const UntypedTensor*> ins_, outs_;
   std::vector<Buffers> bufs_;
 };
@@ -245,18 +247,19 @@ void NcclAllReduce::all_reduce(ReduceOp op, CollectiveStep& step) {
   if (on_gpus.empty()) return;
 
   const std::vector<int> physical = physical_of(home, "all_reduce");
+  const auto started = Clock::now();
   std::shared_ptr<Comms> comms = impl_->acquire(home, physical, step.timeout_seconds(), step.aborted(), "all_reduce");
-  const Limits limits = Limits::from_now(step.timeout_seconds(), &step);  // one deadline for the whole collective
+  const Limits limits = Limits::until(step.deadline(), started, &step);  // one deadline for the whole collective
   CudaBackend& be = detail::cuda_backend(home[me]);
   detail::CudaDeviceGuard guard(be.physical(), be.device());
   std::vector<const UntypedTensor*> ins, outs;
-  std::vector<std::pair<DType, int64_t>> described;
+  std::vector<detail::PackLeaf> described;
   for (std::size_t i : on_gpus) {
     ins.push_back(&step.inputs(me)[i]);
     outs.push_back(&step.outputs(me)[i]);
-    described.emplace_back(step.inputs(me)[i].dtype, step.inputs(me)[i].numel);
+    described.push_back({step.inputs(me)[i].dtype, Device(DeviceType::GPU, home[me]), step.inputs(me)[i].numel});
   }
-  const auto packs = detail::plan_nccl_packs(described, num_packs_);
+  const auto packs = detail::plan_packs(described, detail::nccl_pack_rule(num_packs_, step.bytes_per_pack()));
   RankPacks rank(be, packs, ins, outs);
   enqueue_group(*comms, {me}, limits, "all_reduce", [&](int, ncclComm_t comm) { return rank.enqueue(op, n, comm); });
   rank.finish(op, n);
@@ -266,7 +269,7 @@ void NcclAllReduce::all_reduce(ReduceOp op, CollectiveStep& step) {
 
 bool NcclAllReduce::batch_all_reduce(ReduceOp op, const std::vector<std::vector<UntypedTensor>>& inputs,
                                      const std::vector<Device>& devices,
-                                     std::vector<std::vector<UntypedTensor>>& outputs, double timeout_s) {
+                                     std::vector<std::vector<UntypedTensor>>& outputs, const Deadline& deadline) {
   const int n = static_cast<int>(devices.size());
   if (n < impl_->min_ranks() || inputs.empty()) return false;
   // Only replicas on distinct physical GPUs with every input on its replica's GPU; anything else
@@ -287,7 +290,7 @@ bool NcclAllReduce::batch_all_reduce(ReduceOp op, const std::vector<std::vector<
 
   std::vector<std::vector<UntypedTensor>> out(inputs.size());
   std::vector<std::size_t> leaves;  // non-empty values, reduced through NCCL
-  std::vector<std::pair<DType, int64_t>> described;
+  std::vector<detail::PackLeaf> described;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     for (int r = 0; r < n; ++r) {
       const auto& in = inputs[i][static_cast<std::size_t>(r)];
@@ -295,12 +298,14 @@ bool NcclAllReduce::batch_all_reduce(ReduceOp op, const std::vector<std::vector<
     }
     if (inputs[i][0].numel == 0) continue;
     leaves.push_back(i);
-    described.emplace_back(inputs[i][0].dtype, inputs[i][0].numel);
+    described.push_back({inputs[i][0].dtype, devices[0], inputs[i][0].numel});
   }
   if (!leaves.empty()) {
-    std::shared_ptr<Comms> comms = impl_->acquire(logical, physical, timeout_s, false, "batch_all_reduce");
-    const Limits limits = Limits::from_now(timeout_s);  // one deadline for the whole collective
-    const auto packs = detail::plan_nccl_packs(described, num_packs_);
+    const auto started = Clock::now();
+    std::shared_ptr<Comms> comms =
+        impl_->acquire(logical, physical, deadline.timeout_seconds(), false, "batch_all_reduce");
+    const Limits limits = Limits::until(deadline, started);  // one deadline for the whole collective
+    const auto packs = detail::plan_packs(described, detail::nccl_pack_rule(num_packs_, 0));
     std::vector<std::unique_ptr<RankPacks>> ranks;
     for (int r = 0; r < n; ++r) {
       CudaBackend& be = detail::cuda_backend(logical[static_cast<std::size_t>(r)]);
@@ -381,8 +386,9 @@ void NcclAllReduce::all_gather(int axis, CollectiveStep& step) {
   if (gathers.empty()) return;
   // Every tensor goes out in one NCCL group, with one completion wait, whatever their number.
   const std::vector<int> physical = physical_of(home, "all_gather");
+  const auto started = Clock::now();
   std::shared_ptr<Comms> comms = impl_->acquire(home, physical, step.timeout_seconds(), step.aborted(), "all_gather");
-  const Limits limits = Limits::from_now(step.timeout_seconds(), &step);  // one deadline for the whole collective
+  const Limits limits = Limits::until(step.deadline(), started, &step);  // one deadline for the whole collective
   CudaBackend& be = detail::cuda_backend(home[me]);
   detail::CudaDeviceGuard guard(be.physical(), be.device());
   const cudaStream_t stream = be.stream_for_call();

@@ -39,12 +39,9 @@ void connect_at_init(Config& config) {
 
 }  // namespace
 
-Limits Limits::from_now(double timeout_s, CollectiveStep* step) {
-  const auto deadline =
-      timeout_s < 1e9
-          ? Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s))
-          : Clock::time_point::max();
-  return Limits{timeout_s, deadline, step};
+Limits Limits::until(const Deadline& deadline, Clock::time_point started, CollectiveStep* step) {
+  const Deadline moved = deadline.extended(std::chrono::duration<double>(Clock::now() - started).count());
+  return Limits{deadline.timeout_seconds(), moved.time_point(), step};
 }
 
 [[noreturn]] void throw_nccl_error(ncclResult_t r, const char* call, const std::string& where, ncclComm_t comm) {

@@ -69,16 +69,18 @@ struct Comms {
 std::shared_ptr<Comms> create_comms(const std::vector<int>& logical, const std::vector<int>& physical,
                                     double timeout_s);
 
-// What a collective's waits observe: its one deadline (enqueueing and completion share it; it
-// counts from when the communicators are ready, their creation having a bound of its own), and for
-// a replica-context collective the run's abort signal (another replica failed). A cross-replica
-// call has no step.
+// What a collective's waits observe: its one deadline (the call's; enqueueing and completion
+// share it), and for a replica-context collective the run's abort signal (another replica failed).
+// A cross-replica call has no step.
 struct Limits {
   double timeout_s;
   std::chrono::steady_clock::time_point deadline;
   CollectiveStep* step = nullptr;
-  /// Limits whose deadline is `timeout_s` from now.
-  static Limits from_now(double timeout_s, CollectiveStep* step = nullptr);
+  /// The call's `deadline`, moved later by the time `creating` communicators took since
+  /// `started` (their creation, once per set of GPUs, has a bound of its own: it is start-up, not
+  /// the collective; with communicators in place the move is nil).
+  static Limits until(const Deadline& deadline, std::chrono::steady_clock::time_point started,
+                      CollectiveStep* step = nullptr);
   bool aborted() const { return step && step->aborted(); }
 };
 

@@ -92,11 +92,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Clock::time_point deadline_after(double timeout_s) {
-  if (!(timeout_s < 1e9)) return Clock::time_point::max();
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
-}
-
 // Polls `query` (cudaStreamQuery or cudaEventQuery) until it succeeds, fails, or the deadline passes.
 template <class Query>
 void poll_until(Query query, Clock::time_point deadline, double timeout_s, const char* what, const Device& logical,
@@ -206,9 +201,9 @@ bool CudaEvent::query() const {
   return false;
 }
 
-void CudaEvent::synchronize(double timeout_s) const {
+void CudaEvent::synchronize(const Deadline& deadline) const {
   if (counts_) counts_->count_host_sync();
-  poll_until([&] { return cudaEventQuery(event_); }, deadline_after(timeout_s), timeout_s,
+  poll_until([&] { return cudaEventQuery(event_); }, deadline.time_point(), deadline.timeout_seconds(),
              "cudaEventQuery (event synchronize)", logical_, physical_);
 }
 
@@ -318,16 +313,16 @@ CudaBackend::Lane& CudaBackend::lane_for_call() {
 
 void CudaBackend::wait_lane(const Lane& lane, const char* what) {
   count_host_sync();
-  const double timeout_s = default_synchronize_timeout_s();
-  wait_cuda_stream(lane.stream, deadline_after(timeout_s), timeout_s, what, logical_, physical_);
+  const Deadline deadline = Deadline::after(default_synchronize_timeout_s());
+  wait_cuda_stream(lane.stream, deadline.time_point(), deadline.timeout_seconds(), what, logical_, physical_);
 }
 
-void CudaBackend::synchronize_for(double timeout_s) {
+void CudaBackend::synchronize_until(const Deadline& deadline) {
   CudaDeviceGuard guard(physical_, logical_);
   count_host_sync();
   Lane& lane = lane_for_call();
-  wait_cuda_stream(lane.stream, deadline_after(timeout_s), timeout_s, "synchronize (cudaStreamQuery)", logical_,
-                   physical_);
+  wait_cuda_stream(lane.stream, deadline.time_point(), deadline.timeout_seconds(), "synchronize (cudaStreamQuery)",
+                   logical_, physical_);
   raise_division_by_zero(lane);
 }
 
@@ -410,8 +405,8 @@ void CudaBackend::ensure_staging_locked(Lane& lane) {
 
 void CudaBackend::wait_slot_locked(Slot& s) {
   if (!s.pending) return;
-  const double timeout_s = default_synchronize_timeout_s();
-  poll_until([&] { return cudaEventQuery(s.event); }, deadline_after(timeout_s), timeout_s,
+  const Deadline deadline = Deadline::after(default_synchronize_timeout_s());
+  poll_until([&] { return cudaEventQuery(s.event); }, deadline.time_point(), deadline.timeout_seconds(),
              "cudaEventQuery (staging copy)", logical_, physical_);
   s.pending = false;
 }

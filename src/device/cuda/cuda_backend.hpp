@@ -80,7 +80,7 @@ class CudaEvent final : public DeviceEvent {
   cudaEvent_t get() const noexcept { return event_; }
   bool query() const override;
   /// Polls cudaEventQuery up to the deadline.
-  void synchronize(double timeout_s) const override;
+  void synchronize(const Deadline& deadline) const override;
 
  private:
   Device logical_;
@@ -128,7 +128,7 @@ class CudaBackend final : public GpuBackend {
                        const int64_t* step_in, int64_t* step_out) override;
   /// Polls the calling thread's stream (cudaStreamQuery) up to the deadline; then raises an
   /// integer division by zero that a kernel on that stream found (InvalidArgumentError).
-  void synchronize_for(double timeout_s) override;
+  void synchronize_until(const Deadline& deadline) override;
 
   std::unique_ptr<DeviceEvent> create_event() override;
   void record_event(DeviceEvent& event) override;
@@ -175,7 +175,7 @@ class CudaBackend final : public GpuBackend {
     std::size_t used = 0;  // bytes of it already used
     // Integer division by zero, found without a host wait: the kernels lower `div_flag` (device
     // memory, UINT64_MAX while none was found) to the smallest such index, a copy after each
-    // division lands it in `div_flag_host` (pinned) in stream order, and synchronize_for reads it
+    // division lands it in `div_flag_host` (pinned) in stream order, and synchronize_until reads it
     // once the stream has finished. Made together on the first division (under `mu`).
     unsigned long long* div_flag = nullptr;
     unsigned long long* div_flag_host = nullptr;

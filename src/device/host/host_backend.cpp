@@ -193,7 +193,7 @@ class HostBackend final : public DeviceBackend {
     host_apply_optimizer(dtype, u, segments, num_segments, step_in, step_out);
   }
 
-  void synchronize_for(double) override {}
+  void synchronize_until(const Deadline&) override {}
 };
 
 }  // namespace

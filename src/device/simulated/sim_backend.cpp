@@ -123,7 +123,7 @@ void Backend::check_stream(const Stream& s, const char* op) const {
                               "run work again"));
 }
 
-void Backend::synchronize_for(double timeout_s) {
+void Backend::synchronize_until(const Deadline& deadline) {
   // The stream's own failure first: its thread marks the chip unusable when the work fails, and a
   // synchronisation that comes after must still report that failure itself (InternalError), as
   // CUDA returns a sticky error to the first call that waits for the stream, not a refusal.
@@ -131,10 +131,10 @@ void Backend::synchronize_for(double timeout_s) {
   check_stream(s, "synchronize");
   check_gpu_usable(logical_, chip_.physical());
   count_host_sync();
-  if (!s.wait(s.last_ticket(), deadline_after(timeout_s))) {
+  if (!s.wait(s.last_ticket(), deadline.time_point())) {
     throw DeadlineExceededError(str_cat("synchronize on ", describe_gpu_call_site(logical_, chip_.physical()),
                                         ": the work queued on the simulated ", s.name(), " did not finish within ",
-                                        timeout_s, " s"));
+                                        deadline.timeout_seconds(), " s"));
   }
   check_stream(s, "synchronize");
   raise_division_by_zero(current_stream());
@@ -229,10 +229,11 @@ void Backend::prefetch_from_host(void* dst, const void* src, std::size_t bytes) 
   copy.enqueue([dst, data = capture(src, bytes), bytes] { std::memcpy(dst, data.get(), bytes); });
   count_host_to_device(bytes);
   count_host_sync();
-  const double timeout_s = default_synchronize_timeout_s();
-  if (!copy.wait(copy.last_ticket(), deadline_after(timeout_s))) {
+  const Deadline deadline = Deadline::after(default_synchronize_timeout_s());
+  if (!copy.wait(copy.last_ticket(), deadline.time_point())) {
     throw DeadlineExceededError(str_cat("prefetch_from_host on ", describe_gpu_call_site(logical_, chip_.physical()),
-                                        ": the simulated ", copy.name(), " did not finish within ", timeout_s, " s"));
+                                        ": the simulated ", copy.name(), " did not finish within ",
+                                        deadline.timeout_seconds(), " s"));
   }
   check_stream(copy, "prefetch_from_host");
 }

@@ -100,7 +100,7 @@ class Backend final : public GpuBackend {
   /// Runs the host's update on the stream (bitwise the host's results).
   void apply_optimizer(DType dtype, const OptimizerUpdate& u, const UpdateSegment* segments, int num_segments,
                        const int64_t* step_in, int64_t* step_out) override;
-  void synchronize_for(double timeout_s) override;
+  void synchronize_until(const Deadline& deadline) override;
 
   std::unique_ptr<DeviceEvent> create_event() override;
   void record_event(DeviceEvent& event) override;

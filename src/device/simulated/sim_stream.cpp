@@ -8,12 +8,6 @@
 
 namespace mirrored::detail::sim {
 
-Clock::time_point deadline_after(double timeout_s) {
-  // Beyond about 30 years (or not a number): no deadline, rather than an overflowing time point.
-  if (!(timeout_s < 1e9)) return Clock::time_point::max();
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
-}
-
 Stream::Stream(std::string name, uint64_t seed, int max_delay_us, std::function<void(const std::string&)> on_failure)
     : name_(std::move(name)),
       max_delay_us_(max_delay_us),
@@ -136,13 +130,13 @@ bool Event::query() const {
   return !stream || stream->reached(ticket);
 }
 
-void Event::synchronize(double timeout_s) const {
+void Event::synchronize(const Deadline& deadline) const {
   const auto [stream, ticket] = latest();
   if (!stream) return;
   if (counts_) counts_->count_host_sync();
-  if (!stream->wait(ticket, deadline_after(timeout_s))) {
+  if (!stream->wait(ticket, deadline.time_point())) {
     throw DeadlineExceededError(str_cat("event synchronize on ", owner_, ": the work on the simulated ", stream->name(),
-                                        " before the event did not finish within ", timeout_s, " s"));
+                                        " before the event did not finish within ", deadline.timeout_seconds(), " s"));
   }
   const std::string failure = stream->failure();
   MIRRORED_ENFORCE(failure.empty(), InternalError, "event synchronize on ", owner_, ": the simulated ", stream->name(),

@@ -90,7 +90,7 @@ class Event final : public DeviceEvent {
 
   bool query() const override;
   /// \throws DeadlineExceededError past `timeout_s`, InternalError when the stream failed.
-  void synchronize(double timeout_s) const override;
+  void synchronize(const Deadline& deadline) const override;
 
  private:
   const std::string owner_;
@@ -99,8 +99,5 @@ class Event final : public DeviceEvent {
   const Stream* stream_ = nullptr;
   uint64_t ticket_ = 0;
 };
-
-/// A deadline `timeout_s` from now (time_point::max() when it is not finite or too far).
-Clock::time_point deadline_after(double timeout_s);
 
 }  // namespace mirrored::detail::sim

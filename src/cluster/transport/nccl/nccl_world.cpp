@@ -39,7 +39,7 @@ class NcclWorld : public WorldAllReduce {
     nccl::Comms& c = *comms_;
     const int me = step.replica();
     CudaBackend& be = cuda_backend(c.logical[static_cast<std::size_t>(me)]);
-    const nccl::Limits limits = nccl::Limits::from_now(step.timeout_seconds(), &step);
+    const nccl::Limits limits = nccl::Limits::until(step.deadline(), Clock::now(), &step);
     const auto& ins = step.inputs(me);
     const auto& outs = step.outputs(me);
     nccl::enqueue_group(c, {me}, limits, "all_reduce across workers", [&](int, ncclComm_t comm) {

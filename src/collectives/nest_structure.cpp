@@ -1,4 +1,4 @@
-#include "runtime/nest_structure.hpp"
+#include "collectives/nest_structure.hpp"
 
 #include <cstddef>
 #include <vector>

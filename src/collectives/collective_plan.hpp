@@ -1,0 +1,110 @@
+#pragma once
+// Private: the one way every collective goes through the library. The runtime makes the call's
+// Deadline where the call enters and calls the plan once per collective; the plan runs its
+// stages, the same for every kind and for one worker or several:
+//
+//   agree        the local replicas join (CollectiveGroup) and check that they passed the same
+//                (kind, op, axis, dtype, shape, structure, pack size) before any byte moves; the
+//                stage checks the same across workers
+//   pack         one planner (packing.hpp) for every path
+//   local reduce the CrossDeviceOps of this process's replicas
+//   cross-worker the WorkerStage: the cluster's for a MultiWorkerMirroredStrategy, LocalStage (no
+//                other worker) for a MirroredStrategy
+//   local copy   every local replica's outputs (or destinations) get the result
+//
+// Synchronous and asynchronous replica calls take the same path (an asynchronous one from its
+// replica's lane thread). A failure of a cross-replica call that only this worker raised fails
+// the whole job through the stage, so the other workers do not wait for it.
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+#include "collectives/collective_group.hpp"
+#include "collectives/worker_stage.hpp"
+#include "mirrored/collective_step.hpp"
+#include "mirrored/cross_device_ops.hpp"
+#include "mirrored/deadline.hpp"
+
+namespace mirrored::detail {
+
+class CollectivePlan {
+ public:
+  /// `group`: this process's replicas; `local`: their CrossDeviceOps. Single-worker (LocalStage)
+  /// until `set_stage`.
+  CollectivePlan(CollectiveGroup& group, std::shared_ptr<CrossDeviceOps> local);
+
+  /// The cross-worker stage of a multi-worker strategy (before any collective).
+  void set_stage(std::shared_ptr<WorkerStage> stage);
+  WorkerStage& stage() const noexcept { return *stage_; }
+
+  /// An asynchronous all-reduce may write its outputs over its inputs.
+  bool reduces_in_place() const noexcept { return stage_->reduces_in_place(*local_); }
+  /// One replica and no other worker: a collective has nobody to wait for.
+  bool alone() const noexcept { return group_.size() == 1 && stage_->num_workers() == 1; }
+
+  // ----- Replica context: called by every local replica (its thread, or its lane's).
+
+  /// All-reduce of `mine` (the calling replica's post: inputs, outputs, structure, op, pack size).
+  /// `kind` is all_reduce or all_reduce_async (the call sequence check tells them apart).
+  void all_reduce(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine, const Deadline& deadline);
+
+  /// All-gather along `axis` of `in`; returns the calling replica's output.
+  std::vector<UntypedTensor> all_gather(int replica, const UntypedTensor& in, int axis, const Deadline& deadline);
+
+  /// merge_call's rendezvous (of this worker's replicas: merge_fn runs per worker, and what it
+  /// calls on the strategy spans the workers): replica 0 calls `on_first` with every replica's
+  /// `payload`, then every replica calls `take` with replica 0's. `signature` is the type
+  /// `payload` points to; replicas whose types differ are rejected before anyone reads another's
+  /// payload.
+  void merge_call(int replica, const void* payload, const std::type_info& signature,
+                  const std::function<void(const std::vector<const void*>&)>& on_first,
+                  const std::function<void(const void*)>& take, const Deadline& deadline);
+
+  // ----- Cross-replica context: the caller's thread.
+
+  /// `Strategy::reduce`: `leaves[r]` is replica r's flattened value (`structures[r]` its nest).
+  /// `distributed` is false for a value that is not per replica (every worker's own: reduced
+  /// locally, not across workers). Results are on the host.
+  std::vector<UntypedTensor> reduce(ReduceOp op, const std::vector<std::vector<UntypedTensor>>& leaves,
+                                    const std::vector<std::string>& structures, std::optional<int> axis,
+                                    bool distributed, const Deadline& deadline);
+
+  /// `StrategyExtended::batch_reduce_to`: reduces `values[i]` (one tensor per local replica on
+  /// `devices`) and places the result on every device of `destinations[i]`.
+  std::vector<std::vector<UntypedTensor>> batch_reduce(const char* method, ReduceOp op,
+                                                       const std::vector<std::vector<UntypedTensor>>& values,
+                                                       const std::vector<std::vector<Device>>& destinations,
+                                                       const std::vector<Device>& devices, int64_t bytes_per_pack,
+                                                       const Deadline& deadline);
+
+  /// `Strategy::gather`: the concatenation along `axis` of every replica's part, on the host.
+  UntypedTensor gather(const std::vector<UntypedTensor>& parts, int axis, const Deadline& deadline);
+
+  /// A variable's initial value: replaced by the chief's.
+  void broadcast(UntypedTensor& value, const Deadline& deadline);
+
+  /// `error` ended a run of this worker (see WorkerStage::local_failure).
+  void local_failure(const std::exception_ptr& error) noexcept { stage_->local_failure(error); }
+
+ private:
+  // The stages of a cross-replica reduction after the checks: each of `packs` (indices into
+  // `values`) reduced locally into `home`, then summed across workers by `stage`, then divided
+  // for a MEAN (by `counts[p]` for pack p, summed across workers, when given; else by every
+  // replica of every worker).
+  std::vector<UntypedTensor> reduce_packed(WorkerStage& stage, ReduceOp op,
+                                           const std::vector<std::vector<UntypedTensor>>& values,
+                                           const std::vector<std::vector<std::size_t>>& packs, const Device& home,
+                                           std::vector<int64_t> counts, const Deadline& deadline);
+  template <class F>
+  auto failing_job_on_error(F body) -> decltype(body());
+
+  CollectiveGroup& group_;
+  std::shared_ptr<CrossDeviceOps> local_;
+  std::shared_ptr<WorkerStage> stage_;
+};
+
+}  // namespace mirrored::detail
