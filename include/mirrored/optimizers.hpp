@@ -29,6 +29,7 @@
 #include "mirrored/communication_options.hpp"
 #include "mirrored/detail/adam_step_size.hpp"
 #include "mirrored/detail/device_backend.hpp"
+#include "mirrored/detail/pack_rule.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/replica_context.hpp"
 #include "mirrored/tensor.hpp"
@@ -389,8 +390,6 @@ void Optimizer<T>::apply_fused(const detail::OptimizerUpdate& u, const std::vect
   };
   std::vector<Pack> packs;
   std::vector<Tensor<T>> moved;  // gradients copied to their variable's device
-  const std::size_t limit =
-      communication.bytes_per_pack > 0 ? static_cast<std::size_t>(communication.bytes_per_pack) : SIZE_MAX;
   for (std::size_t i = 0; i < vars.size(); ++i) {
     const Slots& s = slots_for(vars[i]);
     Tensor<T>& w = take(vars[i]);
@@ -413,7 +412,7 @@ void Optimizer<T>::apply_fused(const detail::OptimizerUpdate& u, const std::vect
     }
     if (packs.empty() || packs.back().device != w.device() ||
         packs.back().segments.size() == static_cast<std::size_t>(detail::kMaxUpdateSegments) ||
-        packs.back().bytes >= limit)
+        detail::pack_is_full(static_cast<int64_t>(packs.back().bytes), communication.bytes_per_pack))
       packs.push_back({w.device(), {}, 0});
     packs.back().segments.push_back(seg);
     packs.back().bytes += w.bytes();

@@ -39,7 +39,6 @@ class CollectivePlan {
 
   /// The cross-worker stage of a multi-worker strategy (before any collective).
   void set_stage(std::shared_ptr<WorkerStage> stage);
-  WorkerStage& stage() const noexcept { return *stage_; }
 
   /// An asynchronous all-reduce may write its outputs over its inputs.
   bool reduces_in_place() const noexcept { return stage_->reduces_in_place(*local_); }
