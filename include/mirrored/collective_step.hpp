@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "mirrored/communication_options.hpp"
 #include "mirrored/deadline.hpp"
 #include "mirrored/detail/untyped_tensor.hpp"
 #include "mirrored/reduce_op.hpp"
@@ -26,15 +27,20 @@ class CollectiveStep {
  public:
   /// What each replica posts: its input tensors, the output tensors it wants filled, and what it
   /// asked for. The library checks that every replica asked for the same (op, axis, pack size,
-  /// nest structure, dtypes, shapes) before a backend is called, so a backend may trust replica
-  /// 0's description for all of them.
+  /// compression, split, nest structure, dtypes, shapes) before a backend is called, so a backend
+  /// may trust replica 0's description for all of them.
   struct Buffers {
     const std::vector<detail::UntypedTensor>* inputs;
     const std::vector<detail::UntypedTensor>* outputs;
     const std::string* structure = nullptr;  // the nest the inputs came from (detail::flatten)
-    ReduceOp op = ReduceOp::SUM;             // all-reduce: the reduce op
+    ReduceOp op = ReduceOp::SUM;             // all-reduce, reduce-scatter: the reduce op
     int axis = 0;                            // all-gather: the axis as the replica passed it
     int64_t bytes_per_pack = 0;              // all-reduce: CommunicationOptions::bytes_per_pack
+    Compression compression = Compression::NONE;  // CommunicationOptions::compression (across workers)
+    /// Reduce-scatter: how the reduced input (one tensor, flattened) is cut, in elements, one
+    /// piece per replica of every worker in global replica order; a replica's output holds its
+    /// piece. The pieces add up to the input's size.
+    const std::vector<int64_t>* split = nullptr;
   };
 
   /// A step of a group of replicas (every replica has posted `Buffers` when it joined), bounded
@@ -66,6 +72,12 @@ class CollectiveStep {
   /// equal): inputs are reduced in packs of about this many bytes (0: one pack per run of
   /// same-dtype tensors). Plan them with `detail::plan_packs`.
   int64_t bytes_per_pack() const { return posted(replica_).bytes_per_pack; }
+  /// `CommunicationOptions::compression` of this collective (checked equal across replicas): how
+  /// float values cross workers. Local backends ignore it.
+  Compression compression() const { return posted(replica_).compression; }
+  /// Reduce-scatter: every replica's piece of the reduced input, in elements, in replica order
+  /// (see `Buffers::split`; with one worker, index r is local replica r).
+  const std::vector<int64_t>& split() const;
 
  private:
   const Buffers& posted(int r) const;

@@ -10,6 +10,25 @@ namespace mirrored {
 /// Which collective implementation to prefer (a hint; AUTO lets the library choose).
 enum class CommunicationImplementation { AUTO, RING, NCCL };
 
+/// How float values cross between workers (beyond TF; PyTorch DDP's `fp16_compress_hook`,
+/// Horovod's `Compression.fp16`). Only the bytes that cross workers (TCP, shared memory) are
+/// compressed, which halves them for float32: each worker's contribution (its replicas' local sum)
+/// is rounded once to the half type (round to nearest even), the workers' contributions are
+/// summed in float in worker order, and that sum is rounded once to the half type and widened
+/// exactly; every worker gets the same bits. Sums of integer-valued halves are therefore exact
+/// while they stay within the half type's integers (|sum| <= 2048 for FP16, <= 256 for BF16).
+/// Other dtypes, and the in-process and NCCL paths, ignore it.
+enum class Compression {
+  NONE,  ///< full precision (default)
+  FP16,  ///< IEEE half: 11 significant bits, range +-65504 (larger values become infinity)
+  BF16,  ///< bfloat16: 8 significant bits, float32's range
+};
+
+/// "NONE", "FP16" or "BF16".
+constexpr const char* compression_name(Compression c) noexcept {
+  return c == Compression::FP16 ? "FP16" : c == Compression::BF16 ? "BF16" : "NONE";
+}
+
 /// Options of one collective call.
 struct CommunicationOptions {
   /// Pack small tensors into buckets of at most this many bytes (0: one pack).
@@ -19,6 +38,8 @@ struct CommunicationOptions {
   std::optional<double> timeout_seconds = std::nullopt;
   /// Preferred implementation.
   CommunicationImplementation implementation = CommunicationImplementation::AUTO;
+  /// Float values cross workers in this type (see Compression); every replica passes the same.
+  Compression compression = Compression::NONE;
 };
 
 }  // namespace mirrored

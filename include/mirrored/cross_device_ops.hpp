@@ -46,6 +46,15 @@ class CrossDeviceOps {
   /// output is allocated (on its input's device, with its final shape) before the call.
   virtual void all_gather(int axis, CollectiveStep& step);
 
+  /// Replica context, called by every replica thread: fills this replica's `outputs[0]` with its
+  /// piece of the reduction of every replica's `inputs[0]` (flattened; validated equal in dtype
+  /// and shape): elements [begin, begin + split()[r]) where begin is the sum of the pieces of the
+  /// replicas before it (`CollectiveStep::split`). Sums in replica order. The default sums each
+  /// replica's own piece on its output's device (reading the other replicas' inputs in place where
+  /// its kernels can, else through a staging copy), so every backend has it; a backend with a
+  /// collective of its own (NCCL's reduce-scatter) overrides it.
+  virtual void reduce_scatter(ReduceOp op, CollectiveStep& step);
+
   /// Cross-replica context (`batch_reduce_to` onto destinations on the replicas' devices
   /// `devices`): sets `outputs[i][r]`, a new tensor on `devices[r]`, to the reduction of
   /// `inputs[i][0..N)` (validated equal in dtype and shape) and returns true; or returns false,
@@ -121,6 +130,9 @@ class NcclAllReduce : public CrossDeviceOps {
               const detail::UntypedTensor& out) override;
   void all_reduce(ReduceOp op, CollectiveStep& step) override;
   void all_gather(int axis, CollectiveStep& step) override;
+  /// One grouped NCCL call over every replica's GPU: `ncclReduceScatter` where every piece has the
+  /// same size, else one `ncclReduce` per piece onto its replica's GPU.
+  void reduce_scatter(ReduceOp op, CollectiveStep& step) override;
   /// One grouped NCCL all-reduce over every replica's GPU, issued from the calling thread, when
   /// every input and output is on its replica's GPU and those are distinct physical GPUs (packed
   /// per `num_packs`); false otherwise (and without NCCL in the build).

@@ -86,6 +86,25 @@ class ReplicaContext {
   template <class V>
   PendingCollective<V> all_reduce_async(ReduceOp op, V value, const CommunicationOptions& options = {});
 
+  /// Reduce-scatter (beyond TF; API §13): every replica passes a tensor of the same shape, of rank
+  /// >= 1; replica r (`replica_id_in_sync_group()`, across every worker) receives slice r of the
+  /// reduction's rows (axis 0), cut by the BALANCED rule of `experimental_distribute_dataset`:
+  /// `floor = rows / N` rows each, and one more for the first `rows - N * floor` slices (a slice
+  /// may have 0 rows). Summed in replica order, as `all_reduce`, so concatenating every replica's
+  /// result along axis 0 (`all_gather(result, 0)`) gives `all_reduce(op, value)` bit for bit.
+  /// `options.compression` applies across workers. Same errors as `all_reduce`, plus
+  /// InvalidArgumentError for a rank-0 value.
+  template <class T>
+  Tensor<T> reduce_scatter(ReduceOp op, const Tensor<T>& value, const CommunicationOptions& options = {});
+
+  /// `reduce_scatter` that returns at once, as `all_reduce_async` (same lanes, same order, the
+  /// deadline counted from this call); `wait()` gives this replica's slice, bitwise equal to
+  /// `reduce_scatter`'s. 	hrows (here) what `all_reduce_async` throws here, and
+  /// InvalidArgumentError for a rank-0 value.
+  template <class T>
+  PendingCollective<Tensor<T>> reduce_scatter_async(ReduceOp op, Tensor<T> value,
+                                                    const CommunicationOptions& options = {});
+
   /// Every replica receives the concatenation of all replicas' `value` along `axis`, in replica
   /// order (sizes along `axis` may differ). Same errors as `all_reduce`, plus
   /// InvalidArgumentError when replicas pass different dtypes or axes (`-1` and `rank - 1` are the
@@ -120,15 +139,20 @@ class ReplicaContext {
   void all_reduce_flat(ReduceOp op, const std::vector<detail::UntypedTensor>& in,
                        const std::vector<detail::UntypedTensor>& out, const std::string& structure,
                        const CommunicationOptions& options);
-  // The joined part of every all-reduce, synchronous or not, through the collective plan.
-  void all_reduce_joined(detail::CollectiveKind kind, ReduceOp op, const std::vector<detail::UntypedTensor>& in,
-                         const std::vector<detail::UntypedTensor>& out, const std::string& structure,
-                         int64_t bytes_per_pack, const Deadline& deadline);
-  // Issues an asynchronous all-reduce of `in`; `scratch[i]`: nothing but the caller refers to leaf i.
-  std::shared_ptr<detail::AsyncCollective> all_reduce_async_flat(ReduceOp op, std::vector<detail::UntypedTensor> in,
-                                                                 const std::vector<char>& scratch,
-                                                                 std::string structure,
-                                                                 const CommunicationOptions& options);
+  // The synchronous reduce-scatter of `in`: this replica's slice.
+  detail::UntypedTensor reduce_scatter_flat(ReduceOp op, const detail::UntypedTensor& in,
+                                            const CommunicationOptions& options);
+  // The joined part of every reduction, synchronous or not, through the collective plan: `kind`
+  // is all_reduce or reduce_scatter, or their asynchronous twins (from a lane).
+  void joined(detail::CollectiveKind kind, const CollectiveStep::Buffers& mine, const Deadline& deadline);
+  // Issues an asynchronous all-reduce (`reduce_scatter` false) or reduce-scatter of `in`;
+  // `scratch[i]`: nothing but the caller refers to leaf i.
+  std::shared_ptr<detail::AsyncCollective> issue_async(bool reduce_scatter, ReduceOp op,
+                                                       std::vector<detail::UntypedTensor> in,
+                                                       const std::vector<char>& scratch, std::string structure,
+                                                       const CommunicationOptions& options);
+  // A reduction's checks where it is called: MEAN of integers (op `name`).
+  void check_mean_of(const char* name, ReduceOp op, bool integer) const;
   // An asynchronous collective's error that nobody waited for fails this replica's run.
   void record_async_failure(std::exception_ptr error) noexcept;
   // Lets this replica's pending asynchronous collectives join their rendezvous and finish before
@@ -159,11 +183,7 @@ template <class V>
 V ReplicaContext::all_reduce(ReduceOp op, const V& value, const CommunicationOptions& options) {
   static_assert(detail::is_nest<V>(), "all_reduce: values must be tensors, numbers or nests of them");
   check_active("all_reduce");
-  if (op == ReduceOp::MEAN && detail::nest_has_integer_leaf<V>()) {
-    throw InvalidArgumentError(
-        detail::str_cat("all_reduce on replica ", replica_id_,
-                        ": MEAN of integer values has no exact integer result; reduce floating-point values instead"));
-  }
+  check_mean_of("all_reduce", op, detail::nest_has_integer_leaf<V>());
   std::vector<detail::UntypedTensor> in;
   std::string structure;
   detail::flatten(value, in, structure);
@@ -179,11 +199,7 @@ template <class V>
 PendingCollective<V> ReplicaContext::all_reduce_async(ReduceOp op, V value, const CommunicationOptions& options) {
   static_assert(detail::is_nest<V>(), "all_reduce_async: values must be tensors, numbers or nests of them");
   check_active("all_reduce_async");
-  if (op == ReduceOp::MEAN && detail::nest_has_integer_leaf<V>()) {
-    throw InvalidArgumentError(
-        detail::str_cat("all_reduce_async on replica ", replica_id_,
-                        ": MEAN of integer values has no exact integer result; reduce floating-point values instead"));
-  }
+  check_mean_of("all_reduce_async", op, detail::nest_has_integer_leaf<V>());
   std::vector<detail::UntypedTensor> in;
   std::string structure;
   detail::flatten(value, in, structure);
@@ -191,8 +207,24 @@ PendingCollective<V> ReplicaContext::all_reduce_async(ReduceOp op, V value, cons
   // (A tensor that appears twice in the nest is held more often and is never reduced in place.)
   std::vector<char> scratch(in.size());
   for (std::size_t i = 0; i < in.size(); ++i) scratch[i] = in[i].storage && in[i].storage.use_count() <= 2;
-  auto job = all_reduce_async_flat(op, std::move(in), scratch, std::move(structure), options);
+  auto job = issue_async(false, op, std::move(in), scratch, std::move(structure), options);
   return PendingCollective<V>(std::move(job), std::move(value));
+}
+
+template <class T>
+Tensor<T> ReplicaContext::reduce_scatter(ReduceOp op, const Tensor<T>& value, const CommunicationOptions& options) {
+  check_active("reduce_scatter");
+  check_mean_of("reduce_scatter", op, std::is_integral_v<T>);
+  return detail::TensorAccess::restore<T>(reduce_scatter_flat(op, detail::TensorAccess::erase(value), options));
+}
+
+template <class T>
+PendingCollective<Tensor<T>> ReplicaContext::reduce_scatter_async(ReduceOp op, Tensor<T> value,
+                                                                  const CommunicationOptions& options) {
+  check_active("reduce_scatter_async");
+  check_mean_of("reduce_scatter_async", op, std::is_integral_v<T>);
+  auto job = issue_async(true, op, {detail::TensorAccess::erase(value)}, {0}, std::string(), options);
+  return PendingCollective<Tensor<T>>(std::move(job), std::move(value));
 }
 
 template <class T>

@@ -19,6 +19,9 @@ const char* collective_kind_name(CollectiveKind kind) noexcept {
     case CollectiveKind::broadcast: return "broadcast";
     case CollectiveKind::batch_reduce: return "batch_reduce";
     case CollectiveKind::all_reduce_async: return "all_reduce_async";
+    case CollectiveKind::reduce_scatter: return "reduce_scatter";
+    case CollectiveKind::reduce_scatter_async: return "reduce_scatter_async";
+    case CollectiveKind::apply_gradients: return "apply_gradients";
   }
   return "collective";
 }

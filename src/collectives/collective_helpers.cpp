@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "device/gpu/logical_gpus.hpp"
+#include "mirrored/detail/balanced_split.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"
 
@@ -10,12 +11,19 @@ namespace mirrored::detail {
 
 void sum_parts_on(const std::vector<const UntypedTensor*>& parts, const UntypedTensor& out, const Device& device,
                   int64_t mean_divisor) {
+  sum_range_on(parts, 0, out, device, mean_divisor);
+}
+
+void sum_range_on(const std::vector<const UntypedTensor*>& parts, int64_t begin, const UntypedTensor& out,
+                  const Device& device, int64_t mean_divisor) {
   if (out.numel == 0) return;
+  const std::size_t offset = static_cast<std::size_t>(begin) * dtype_size(out.dtype);
   std::vector<UntypedTensor> staged;
   staged.reserve(parts.size());
   std::vector<const void*> ptrs;
   ptrs.reserve(parts.size());
   for (const UntypedTensor* t : parts) {
+    const auto* first = static_cast<const unsigned char*>(t->data()) + offset;
     if (same_memory(t->device(), device)) {
       // Work that produced it is ordered on its own device's stream: the sum waits for it there,
       // the host does not.
@@ -25,10 +33,10 @@ void sum_parts_on(const std::vector<const UntypedTensor*>& parts, const UntypedT
         producer.record_event(*produced);
         backend_for(device).wait_event(*produced);
       }
-      ptrs.push_back(t->data());
+      ptrs.push_back(first);
     } else {
-      staged.push_back(make_untyped(t->dtype, t->shape, device));
-      copy_between(staged.back().data(), device, t->data(), t->device(), t->bytes());
+      staged.push_back(make_untyped(out.dtype, {out.numel}, device));
+      copy_between(staged.back().data(), device, first, t->device(), out.bytes());
       ptrs.push_back(staged.back().data());
     }
   }
@@ -45,6 +53,24 @@ void sum_parts_on(const std::vector<const UntypedTensor*>& parts, const UntypedT
   be.synchronize();
   // An output elsewhere is copied there.
   if (!out_here) copy_between(out.data(), out.device(), target.data(), device, out.bytes());
+}
+
+Shape reduce_scatter_piece(const UntypedTensor& in, int replica, int num_replicas, std::vector<int64_t>& split) {
+  MIRRORED_ENFORCE(!in.shape.empty(), InvalidArgumentError, "reduce_scatter on replica ", replica,
+                   ": a rank-0 value has no rows to scatter; reduce_scatter needs rank >= 1 (reshape it to (1,) first)");
+  const int64_t rows = in.shape[0];
+  const int64_t row = rows == 0 ? 0 : in.numel / rows;
+  split.clear();
+  for (int r = 0; r < num_replicas; ++r) split.push_back(balanced_piece(rows, num_replicas, r).count * row);
+  Shape shape = in.shape;
+  shape[0] = balanced_piece(rows, num_replicas, replica).count;
+  return shape;
+}
+
+int64_t split_begin(const std::vector<int64_t>& split, int r) noexcept {
+  int64_t begin = 0;
+  for (int q = 0; q < r; ++q) begin += split[static_cast<std::size_t>(q)];
+  return begin;
 }
 
 void all_reduce_via_first(ReduceOp op, CollectiveStep& step, const std::vector<std::size_t>& leaves,

@@ -20,6 +20,20 @@ namespace mirrored::detail {
 void sum_parts_on(const std::vector<const UntypedTensor*>& parts, const UntypedTensor& out, const Device& device,
                   int64_t mean_divisor);
 
+/// `sum_parts_on` of elements [begin, begin + out.numel) of every part (each flattened) into `out`:
+/// one replica's piece of a reduce-scatter.
+void sum_range_on(const std::vector<const UntypedTensor*>& parts, int64_t begin, const UntypedTensor& out,
+                  const Device& device, int64_t mean_divisor);
+
+/// `ReplicaContext::reduce_scatter`'s cut of `in` over `num_replicas` replicas (every worker's):
+/// fills `split` with every replica's piece in elements (its BALANCED share of the rows, times the
+/// elements of a row) and returns the shape of replica `replica`'s slice. \throws
+/// InvalidArgumentError for a rank-0 `in`, naming the replica.
+Shape reduce_scatter_piece(const UntypedTensor& in, int replica, int num_replicas, std::vector<int64_t>& split);
+
+/// Where replica `r`'s piece of a reduce-scatter begins: the sum of the pieces before it.
+int64_t split_begin(const std::vector<int64_t>& split, int r) noexcept;
+
 /// The plain all-reduce of some leaves of a step: replica 0 sums every replica's input in replica
 /// order on `on` (default: its output's device) into its output; after a sync the others copy
 /// it. Every replica must call it with the same leaves; it syncs the step once.

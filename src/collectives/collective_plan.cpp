@@ -23,28 +23,39 @@ const CollectiveStep::Buffers& posted(const CollectiveGroup& group, int r) {
 // of them reach the same verdict and throw together: nobody is left waiting for a replica that
 // gave up.
 
-void agree_all_reduce(const CollectiveGroup& group) {
+// all_reduce and reduce_scatter (`what`): the same op, nest, dtypes, shapes, pack size,
+// compression and (reduce_scatter) pieces.
+void agree_reduction(const CollectiveGroup& group, const char* what) {
   const auto& first = posted(group, 0);
   for (int r = 1; r < group.size(); ++r) {
     const auto& other = posted(group, r);
-    MIRRORED_ENFORCE(other.op == first.op, InvalidArgumentError, "all_reduce: replica 0 passed reduce op ",
+    MIRRORED_ENFORCE(other.op == first.op, InvalidArgumentError, what, ": replica 0 passed reduce op ",
                      reduce_op_name(first.op), " but replica ", r, " passed ", reduce_op_name(other.op));
-    if (*other.structure != *first.structure)
-      throw InvalidArgumentError(structure_mismatch("all_reduce", 0, *first.structure, r, *other.structure));
+    if (first.structure && *other.structure != *first.structure)
+      throw InvalidArgumentError(structure_mismatch(what, 0, *first.structure, r, *other.structure));
     for (std::size_t i = 0; i < first.inputs->size(); ++i) {
       const auto& a = (*first.inputs)[i];
       const auto& b = (*other.inputs)[i];
       const std::string which = first.inputs->size() > 1 ? str_cat(" (tensor ", i, " of the nest)") : "";
-      MIRRORED_ENFORCE(a.dtype == b.dtype, InvalidArgumentError, "all_reduce: replica 0 passed dtype ",
+      MIRRORED_ENFORCE(a.dtype == b.dtype, InvalidArgumentError, what, ": replica 0 passed dtype ",
                        dtype_name(a.dtype), " but replica ", r, " passed dtype ", dtype_name(b.dtype), which);
-      MIRRORED_ENFORCE(a.shape == b.shape, InvalidArgumentError, "all_reduce: replica 0 passed shape ",
+      MIRRORED_ENFORCE(a.shape == b.shape, InvalidArgumentError, what, ": replica 0 passed shape ",
                        format_shape(a.shape), " but replica ", r, " passed shape ", format_shape(b.shape), which);
     }
     // Backends split the work by pack, so replicas planning different packs would leave parts
     // unreduced or write the same bytes.
-    MIRRORED_ENFORCE(other.bytes_per_pack == first.bytes_per_pack, InvalidArgumentError,
-                     "all_reduce: replica 0 passed CommunicationOptions::bytes_per_pack ", first.bytes_per_pack,
-                     " but replica ", r, " passed ", other.bytes_per_pack);
+    MIRRORED_ENFORCE(other.bytes_per_pack == first.bytes_per_pack, InvalidArgumentError, what,
+                     ": replica 0 passed CommunicationOptions::bytes_per_pack ", first.bytes_per_pack, " but replica ",
+                     r, " passed ", other.bytes_per_pack);
+    // The leader sends what every local replica summed: they must agree on how it crosses.
+    MIRRORED_ENFORCE(other.compression == first.compression, InvalidArgumentError, what,
+                     ": replica 0 passed CommunicationOptions::compression ", compression_name(first.compression),
+                     " but replica ", r, " passed ", compression_name(other.compression));
+    if (first.split) {
+      MIRRORED_ENFORCE(*other.split == *first.split, InvalidArgumentError, what,
+                       ": replicas cut the result into different pieces: replica 0 ", format_shape(*first.split),
+                       ", replica ", r, " ", format_shape(*other.split));
+    }
   }
 }
 
@@ -172,9 +183,25 @@ void CollectivePlan::all_reduce(CollectiveKind kind, int replica, const Collecti
   }
   join_traced(group_, replica, kind, &mine, deadline);
   inside_collective(group_, replica, [&] {
-    agree_all_reduce(group_);
+    agree_reduction(group_, "all_reduce");
     CollectiveStep step(group_, replica, group_.deadline());
     stage_->all_reduce(mine.op, *local_, step, &group_);
+    step.sync();  // nobody's buffers go away while another replica still reads them
+  });
+}
+
+void CollectivePlan::reduce_scatter(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
+                                    const Deadline& deadline) {
+  if (group_.size() == 1) {
+    CollectiveStep solo(mine, deadline);
+    stage_->reduce_scatter(mine.op, *local_, solo, nullptr);
+    return;
+  }
+  join_traced(group_, replica, kind, &mine, deadline);
+  inside_collective(group_, replica, [&] {
+    agree_reduction(group_, "reduce_scatter");
+    CollectiveStep step(group_, replica, group_.deadline());
+    stage_->reduce_scatter(mine.op, *local_, step, &group_);
     step.sync();  // nobody's buffers go away while another replica still reads them
   });
 }
@@ -184,7 +211,7 @@ std::vector<UntypedTensor> CollectivePlan::all_gather(int replica, const Untyped
   const std::vector<UntypedTensor> ins{in};
   std::vector<UntypedTensor> outs;
   outs.reserve(1);  // posted: other replicas read this vector's element once it exists
-  const CollectiveStep::Buffers mine{&ins, &outs, nullptr, ReduceOp::SUM, axis, 0};
+  const CollectiveStep::Buffers mine{&ins, &outs, nullptr, ReduceOp::SUM, axis};
   if (group_.size() == 1) {
     CollectiveStep solo(mine, deadline);
     stage_->all_gather(axis, *local_, solo, nullptr, outs);

@@ -51,6 +51,11 @@ class CollectivePlan {
   /// `kind` is all_reduce or all_reduce_async (the call sequence check tells them apart).
   void all_reduce(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine, const Deadline& deadline);
 
+  /// Reduce-scatter of `mine.inputs[0]`: the calling replica's output gets its piece
+  /// (`mine.split`, every replica of every worker in global order). `kind` is reduce_scatter or
+  /// reduce_scatter_async.
+  void reduce_scatter(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine, const Deadline& deadline);
+
   /// All-gather along `axis` of `in`; returns the calling replica's output.
   std::vector<UntypedTensor> all_gather(int replica, const UntypedTensor& in, int axis, const Deadline& deadline);
 

@@ -4,6 +4,7 @@
 
 #include "collectives/collective_group.hpp"
 #include "collectives/worker_stage.hpp"
+#include "mirrored/errors.hpp"
 
 namespace mirrored {
 
@@ -14,6 +15,12 @@ void CollectiveStep::sync() {
 }
 
 bool CollectiveStep::aborted() const noexcept { return group_ != nullptr && group_->aborted(); }
+
+const std::vector<int64_t>& CollectiveStep::split() const {
+  const Buffers& mine = posted(replica_);
+  MIRRORED_ENFORCE(mine.split != nullptr, InternalError, "CollectiveStep::split: this collective is not a reduce-scatter");
+  return *mine.split;
+}
 
 const CollectiveStep::Buffers& CollectiveStep::posted(int r) const {
   return group_ ? *static_cast<const Buffers*>(group_->payload(r)) : *solo_;

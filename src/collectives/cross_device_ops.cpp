@@ -1,6 +1,7 @@
 // The CrossDeviceOps interface's defaults and the contract's default choice.
 #include "mirrored/cross_device_ops.hpp"
 
+#include "collectives/collective_helpers.hpp"
 #include "collectives/ops_selection.hpp"
 #include "device/gpu/gpu_runtime.hpp"
 #include "device/gpu/logical_gpus.hpp"
@@ -42,6 +43,18 @@ void CrossDeviceOps::reduce(ReduceOp, const std::vector<detail::UntypedTensor>&,
 }
 void CrossDeviceOps::all_reduce(ReduceOp, CollectiveStep&) { unsupported("all_reduce"); }
 void CrossDeviceOps::all_gather(int, CollectiveStep&) { unsupported("all_gather"); }
+
+void CrossDeviceOps::reduce_scatter(ReduceOp op, CollectiveStep& step) {
+  const int me = step.replica();
+  const int n = step.num_replicas();
+  std::vector<const detail::UntypedTensor*> parts;
+  parts.reserve(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) parts.push_back(&step.inputs(r)[0]);
+  const detail::UntypedTensor& out = step.outputs(me)[0];
+  detail::sum_range_on(parts, detail::split_begin(step.split(), me), out, out.device(),
+                       op == ReduceOp::MEAN ? n : 0);
+}
+
 bool CrossDeviceOps::batch_all_reduce(ReduceOp, const std::vector<std::vector<detail::UntypedTensor>>&,
                                       const std::vector<Device>&, std::vector<std::vector<detail::UntypedTensor>>&,
                                       const Deadline&) {

@@ -10,6 +10,11 @@ void LocalStage::all_reduce(ReduceOp op, CrossDeviceOps& local, CollectiveStep& 
   local.all_reduce(op, step);
 }
 
+void LocalStage::reduce_scatter(ReduceOp op, CrossDeviceOps& local, CollectiveStep& step,
+                                CollectiveGroup* /*group*/) {
+  local.reduce_scatter(op, step);
+}
+
 void LocalStage::all_gather(int axis, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* /*group*/,
                             std::vector<UntypedTensor>& outs) {
   // Every replica computes the same shape from every replica's input, so all of them raise the

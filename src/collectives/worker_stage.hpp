@@ -49,6 +49,11 @@ class WorkerStage {
   /// replicas through `local` first, then across workers, then back to the local replicas.
   virtual void all_reduce(ReduceOp op, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group) = 0;
 
+  /// Replica context `reduce_scatter` (called like `all_reduce`): fills the calling replica's
+  /// `outputs[0]` with its piece (`step.split()`, over every replica of every worker in global
+  /// order) of the reduction of every replica's `inputs[0]` of every worker.
+  virtual void reduce_scatter(ReduceOp op, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group) = 0;
+
   /// Replica context `all_gather` (called like `all_reduce`; the local replicas' dtypes and axes
   /// were checked): appends to `outs` the calling replica's output, the concatenation along
   /// `axis` of every replica's input of every worker in global replica order, after checking
@@ -91,6 +96,7 @@ class LocalStage final : public WorkerStage {
   int worker_index() const noexcept override { return 0; }
   bool reduces_in_place(const CrossDeviceOps& local) const noexcept override { return local.reduces_in_place(); }
   void all_reduce(ReduceOp op, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group) override;
+  void reduce_scatter(ReduceOp op, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group) override;
   void all_gather(int axis, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group,
                   std::vector<UntypedTensor>& outs) override;
   void agree(const std::string&, const std::function<std::string()>&, const Deadline&) override {}

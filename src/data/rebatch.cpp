@@ -3,18 +3,17 @@
 #include <algorithm>
 
 #include "mirrored/data/detail/rebatch.hpp"
+#include "mirrored/detail/balanced_split.hpp"
 #include "mirrored/errors.hpp"
 
 namespace mirrored::data::detail {
 namespace {
 
-// Sizes of all N slices of a batch of g rows, in global replica order: floor(g / n) each, and
-// one more for the first g mod n.
+// Sizes of all N slices of a batch of g rows, in global replica order (the BALANCED rule).
 std::vector<int64_t> balanced_sizes(int64_t g, int n) {
-  const int64_t floor = g / n;
-  const int64_t num_ceil = g - floor * n;
-  std::vector<int64_t> sizes(static_cast<std::size_t>(n), floor);
-  for (int64_t i = 0; i < num_ceil; ++i) ++sizes[static_cast<std::size_t>(i)];
+  std::vector<int64_t> sizes;
+  sizes.reserve(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) sizes.push_back(mirrored::detail::balanced_piece(g, n, r).count);
   return sizes;
 }
 

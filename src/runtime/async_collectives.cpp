@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "collectives/collective_group.hpp"
+#include "collectives/collective_helpers.hpp"
 #include "device/gpu/gpu_runtime.hpp"
 #include "mirrored/replica_context.hpp"
 #include "runtime/default_strategy.hpp"
@@ -105,12 +106,10 @@ void AsyncRunner::run(AsyncCollective& job) noexcept {
             job.backend->record_stream_use(t.data(), *job.backend);
         }
       }
-      ctx.all_reduce_joined(CollectiveKind::all_reduce_async, job.op, job.in, job.out, job.structure,
-                            job.bytes_per_pack, backstop);
+      ctx.joined(job.kind(), job.buffers(), backstop);
       job.backend->record_event(*job.completed);
     } else {
-      ctx.all_reduce_joined(CollectiveKind::all_reduce_async, job.op, job.in, job.out, job.structure,
-                            job.bytes_per_pack, backstop);
+      ctx.joined(job.kind(), job.buffers(), backstop);
     }
   } catch (...) {
     error = std::current_exception();
@@ -173,43 +172,51 @@ void discard_async(AsyncCollective& job) noexcept {
 // ---------------------------------------------------------------------------------------------
 // ReplicaContext's asynchronous calls.
 
-std::shared_ptr<detail::AsyncCollective> ReplicaContext::all_reduce_async_flat(ReduceOp op,
-                                                                               std::vector<detail::UntypedTensor> in,
-                                                                               const std::vector<char>& scratch,
-                                                                               std::string structure,
-                                                                               const CommunicationOptions& options) {
+std::shared_ptr<detail::AsyncCollective> ReplicaContext::issue_async(bool reduce_scatter, ReduceOp op,
+                                                                     std::vector<detail::UntypedTensor> in,
+                                                                     const std::vector<char>& scratch,
+                                                                     std::string structure,
+                                                                     const CommunicationOptions& options) {
   const Deadline deadline = this->deadline(options);
   const double t = deadline.timeout_seconds();
   MIRRORED_ENFORCE(options.bytes_per_pack >= 0, InvalidArgumentError,
                    "CommunicationOptions::bytes_per_pack must be >= 0, got ", options.bytes_per_pack);
   detail::StrategyRuntime& rt = *strategy_->rt_;
-  // In place only where the backend reads every byte before anyone writes it, and nothing reads
-  // the inputs after the local reduction (across workers the stage reads the local results).
-  const bool may_reuse = rt.plan.reduces_in_place();
   auto job = std::make_shared<detail::AsyncCollective>();
   job->ctx = this;
   job->lanes = &rt.async;
   job->group = &rt.group;
   job->replica = replica_id_;
+  job->reduce_scatter = reduce_scatter;
   job->op = op;
   job->structure = std::move(structure);
   job->bytes_per_pack = options.bytes_per_pack;
+  job->compression = options.compression;
   job->deadline = deadline;
   job->out.reserve(in.size());
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    const detail::UntypedTensor& x = in[i];
-    if (may_reuse && scratch[i] && !x.storage->foreign())
-      job->out.push_back(x);
-    else
-      job->out.push_back(detail::make_untyped(x.dtype, x.shape, x.device()));
+  if (reduce_scatter) {
+    const Shape shape =
+        detail::reduce_scatter_piece(in[0], replica_id_in_sync_group(), num_replicas_in_sync(), job->split);
+    job->out.push_back(detail::make_untyped(in[0].dtype, shape, in[0].device()));
+  } else {
+    // In place only where the backend reads every byte before anyone writes it, and nothing reads
+    // the inputs after the local reduction (across workers the stage reads the local results).
+    const bool may_reuse = rt.plan.reduces_in_place();
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const detail::UntypedTensor& x = in[i];
+      if (may_reuse && scratch[i] && !x.storage->foreign())
+        job->out.push_back(x);
+      else
+        job->out.push_back(detail::make_untyped(x.dtype, x.shape, x.device()));
+    }
   }
   job->in = std::move(in);
   if (rt.plan.alone()) {
     // One replica and no other worker: the "reduction" is a copy on the replica's own stream, with
     // nothing to overlap; it runs here, and wait() reports its outcome.
     try {
-      all_reduce_joined(detail::CollectiveKind::all_reduce, op, job->in, job->out, job->structure, job->bytes_per_pack,
-                        deadline);
+      joined(reduce_scatter ? detail::CollectiveKind::reduce_scatter : detail::CollectiveKind::all_reduce,
+             job->buffers(), deadline);
     } catch (...) {
       job->error = std::current_exception();
     }
@@ -230,7 +237,7 @@ std::shared_ptr<detail::AsyncCollective> ReplicaContext::all_reduce_async_flat(R
     std::lock_guard lock(j->mu);
     if (j->done.load(std::memory_order_acquire)) return;
     j->expired = true;
-    j->expiry = detail::str_cat("all_reduce_async on replica ", global, ": not complete ", t,
+    j->expiry = detail::str_cat(j->reduce_scatter ? "reduce_scatter_async" : "all_reduce_async", " on replica ", global, ": not complete ", t,
                                 " s after it was issued; replicas ", j->group->missing_replicas(),
                                 " never arrived (collective timeout ", t,
                                 " s; set CommunicationOptions::timeout_seconds or MIRRORED_COLLECTIVE_TIMEOUT_S)");

@@ -17,10 +17,13 @@
 #include <thread>
 #include <vector>
 
+#include "mirrored/communication_options.hpp"
 #include "mirrored/deadline.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/detail/untyped_tensor.hpp"
 #include "mirrored/reduce_op.hpp"
+#include "collectives/collective_group.hpp"
+#include "mirrored/collective_step.hpp"
 #include "runtime/collective_watchdog.hpp"
 
 namespace mirrored {
@@ -29,7 +32,6 @@ class ReplicaContext;
 
 namespace mirrored::detail {
 
-class CollectiveGroup;
 class AsyncCollectives;
 
 struct AsyncCollective {
@@ -37,10 +39,13 @@ struct AsyncCollective {
   AsyncCollectives* lanes = nullptr;
   CollectiveGroup* group = nullptr;
   int replica = 0;  // among this process's replicas
+  bool reduce_scatter = false;  // else an all-reduce
   ReduceOp op = ReduceOp::SUM;
   std::vector<UntypedTensor> in, out;  // out[i] may be in[i] (reduced in place)
   std::string structure;
   int64_t bytes_per_pack = 0;
+  Compression compression = Compression::NONE;
+  std::vector<int64_t> split;  // reduce_scatter: every replica's piece
   mirrored::Deadline deadline = mirrored::Deadline::after(0);  // made when it was issued; the watchdog enforces it
   // GPU replicas: the replica's backend, the point of its compute stream the communication
   // stream starts after, and the end of the collective on the communication stream.
@@ -54,6 +59,15 @@ struct AsyncCollective {
   std::string expiry;
   std::exception_ptr error;
   bool waited = false;  // the owner's thread only
+
+  /// What the lane posts for it.
+  CollectiveStep::Buffers buffers() const noexcept {
+    return {&in, &out, &structure, op, 0, bytes_per_pack, compression, reduce_scatter ? &split : nullptr};
+  }
+  /// How the group sees it.
+  CollectiveKind kind() const noexcept {
+    return reduce_scatter ? CollectiveKind::reduce_scatter_async : CollectiveKind::all_reduce_async;
+  }
 };
 
 /// The lanes of one strategy (one per local replica, their threads started on first use) and

@@ -2,6 +2,7 @@
 
 #include <typeinfo>
 
+#include "collectives/collective_helpers.hpp"
 #include "collectives/collective_plan.hpp"
 #include "runtime/default_strategy.hpp"
 #include "runtime/strategy_runtime.hpp"
@@ -50,6 +51,14 @@ Deadline ReplicaContext::deadline(const CommunicationOptions& options) const {
   return Deadline::after(t);
 }
 
+void ReplicaContext::check_mean_of(const char* name, ReduceOp op, bool integer) const {
+  if (op == ReduceOp::MEAN && integer) {
+    throw InvalidArgumentError(
+        str_cat(name, " on replica ", replica_id_,
+                ": MEAN of integer values has no exact integer result; reduce floating-point values instead"));
+  }
+}
+
 void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::UntypedTensor>& in,
                                      const std::vector<detail::UntypedTensor>& out, const std::string& structure,
                                      const CommunicationOptions& options) {
@@ -66,15 +75,37 @@ void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::Unty
   MIRRORED_ENFORCE(options.bytes_per_pack >= 0, InvalidArgumentError,
                    "CommunicationOptions::bytes_per_pack must be >= 0, got ", options.bytes_per_pack);
   drain_async();
-  all_reduce_joined(detail::CollectiveKind::all_reduce, op, in, out, structure, options.bytes_per_pack, d);
+  const CollectiveStep::Buffers mine{&in, &out, &structure, op, 0, options.bytes_per_pack, options.compression};
+  joined(detail::CollectiveKind::all_reduce, mine, d);
 }
 
-void ReplicaContext::all_reduce_joined(detail::CollectiveKind kind, ReduceOp op,
-                                       const std::vector<detail::UntypedTensor>& in,
-                                       const std::vector<detail::UntypedTensor>& out, const std::string& structure,
-                                       int64_t bytes_per_pack, const Deadline& deadline) {
-  const CollectiveStep::Buffers mine{&in, &out, &structure, op, 0, bytes_per_pack};
-  strategy_->rt_->plan.all_reduce(kind, replica_id_, mine, deadline);
+detail::UntypedTensor ReplicaContext::reduce_scatter_flat(ReduceOp op, const detail::UntypedTensor& in,
+                                                          const CommunicationOptions& options) {
+  detail::timeline::Scope trace("reduce_scatter", "collective");
+  if (trace.active()) {
+    trace.arg("op", reduce_op_name(op));
+    trace.arg("dtype", dtype_name(in.dtype));
+    trace.arg("bytes", static_cast<std::int64_t>(in.bytes()));
+  }
+  const Deadline d = deadline(options);
+  std::vector<int64_t> split;
+  const Shape shape = detail::reduce_scatter_piece(in, replica_id_in_sync_group(), num_replicas_in_sync(), split);
+  const std::vector<detail::UntypedTensor> ins{in};
+  const std::vector<detail::UntypedTensor> outs{detail::make_untyped(in.dtype, shape, in.device())};
+  drain_async();
+  const CollectiveStep::Buffers mine{&ins, &outs, nullptr, op, 0, 0, options.compression, &split};
+  joined(detail::CollectiveKind::reduce_scatter, mine, d);
+  return outs[0];
+}
+
+void ReplicaContext::joined(detail::CollectiveKind kind, const CollectiveStep::Buffers& mine,
+                            const Deadline& deadline) {
+  auto& plan = strategy_->rt_->plan;
+  switch (kind) {
+    case detail::CollectiveKind::reduce_scatter:
+    case detail::CollectiveKind::reduce_scatter_async: plan.reduce_scatter(kind, replica_id_, mine, deadline); return;
+    default: plan.all_reduce(kind, replica_id_, mine, deadline); return;
+  }
 }
 
 std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail::UntypedTensor& in, int axis,

@@ -272,6 +272,39 @@ void MultiWorkerRuntime::all_reduce(ReduceOp op, CrossDeviceOps& local, Collecti
   }
 }
 
+void MultiWorkerRuntime::reduce_scatter(ReduceOp op, CrossDeviceOps& local, CollectiveStep& step,
+                                        CollectiveGroup* group) {
+  const int me = step.replica();
+  const int n = step.num_replicas();
+  const mirrored::Deadline& deadline = step.deadline();
+  if (me == 0) {
+    timeline::Scope trace("cross_worker", "collective");
+    trace_stage(trace, "reduce_scatter", step.inputs(0));
+    const UntypedTensor& first = step.inputs(0)[0];
+    std::vector<UntypedTensor> parts;
+    for (int r = 0; r < n; ++r) parts.push_back(step.inputs(r)[0]);
+    scattered_ = make_untyped(first.dtype, {first.numel}, cpu0);
+    local.reduce(ReduceOp::SUM, parts, scattered_);
+    std::string signature = str_cat(op == ReduceOp::SUM ? "SUM of " : "MEAN of ", describe_leaves(step.inputs(0)),
+                                     " in pieces");
+    for (int64_t piece : step.split()) signature += str_cat(" ", piece);
+    coordinator().collective("reduce_scatter", deadline, [&](TimePoint d) {
+      check_same_call("reduce_scatter", signature, d);
+      sum_across({scattered_}, {scattered_}, 0, d);
+    });
+    if (op == ReduceOp::MEAN) divide_all({scattered_}, static_cast<int64_t>(n) * num_workers_);
+  }
+  if (group) group->sync(me, deadline.extended(kLeaderGraceSeconds));
+  const UntypedTensor& out = step.outputs(me)[0];
+  const int64_t begin = split_begin(step.split(), rank_ * n + me);
+  copy_between(out.data(), out.device(),
+               static_cast<const unsigned char*>(scattered_.data()) + begin * static_cast<int64_t>(dtype_size(out.dtype)),
+               cpu0, out.bytes());
+  // The leader keeps its reduction until every local replica has its piece.
+  if (group) group->sync(me, deadline.extended(kLeaderGraceSeconds));
+  if (me == 0) scattered_ = UntypedTensor();
+}
+
 std::vector<Shape> MultiWorkerRuntime::exchange_shapes(const std::vector<const Shape*>& local, std::size_t rank,
                                                        TimePoint deadline) {
   Coordinator& c = coordinator();

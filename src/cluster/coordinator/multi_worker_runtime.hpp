@@ -34,6 +34,10 @@ class MultiWorkerRuntime : public WorkerStage {
   bool reduces_in_place(const CrossDeviceOps&) const noexcept override { return false; }
 
   void all_reduce(ReduceOp op, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group) override;
+  /// Hierarchical, as all_reduce: the leader sums the local replicas' inputs on the host, the
+  /// workers all-reduce that sum, and every local replica copies its piece out of it (so the
+  /// bytes between workers are an all-reduce's, not a reduce-scatter's).
+  void reduce_scatter(ReduceOp op, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group) override;
   void all_gather(int axis, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* group,
                   std::vector<UntypedTensor>& outs) override;
   void agree(const std::string& op, const std::function<std::string()>& signature, const Deadline& deadline) override;
@@ -72,6 +76,9 @@ class MultiWorkerRuntime : public WorkerStage {
 
   int num_workers_;
   int rank_;
+  // The leader's whole reduction during a reduce_scatter, which the local replicas copy their
+  // pieces from (one collective of the local group is in flight at a time).
+  UntypedTensor scattered_;
   std::unique_ptr<WorldAllReduce> world_;  // destroyed after the coordinator, which may abort it
   std::unique_ptr<Coordinator> coordinator_;
 };

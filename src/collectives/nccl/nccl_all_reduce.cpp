@@ -440,4 +440,61 @@ void NcclAllReduce::all_gather(int axis, CollectiveStep& step) {
   wait_for_completion(*comms, me, be, limits, "all_gather");
 }
 
+void NcclAllReduce::reduce_scatter(ReduceOp op, CollectiveStep& step) {
+  const int n = step.num_replicas();
+  const int me = step.replica();
+  const UntypedTensor& in = step.inputs(me)[0];
+  const UntypedTensor& out = step.outputs(me)[0];
+  // NCCL when every replica's input and output are on that replica's GPU (every replica decides
+  // from the same posts, so all take the same path); else the generic sum of each piece.
+  std::vector<const UntypedTensor*> flat;
+  for (int r = 0; r < n; ++r) {
+    flat.push_back(&step.inputs(r)[0]);
+    flat.push_back(&step.outputs(r)[0]);
+  }
+  std::vector<int> home(n, -1);
+  if (n < impl_->min_ranks() || in.numel == 0 || !leaf_on_replica_gpus(flat, 2, home)) {
+    CrossDeviceOps::reduce_scatter(op, step);
+    return;
+  }
+  const std::vector<int64_t>& split = step.split();
+  const std::vector<int> physical = physical_of(home, "reduce_scatter");
+  const auto started = Clock::now();
+  std::shared_ptr<Comms> comms =
+      impl_->acquire(home, physical, step.timeout_seconds(), step.aborted(), "reduce_scatter");
+  const Limits limits = Limits::until(step.deadline(), started, &step);  // one deadline for the whole collective
+  CudaBackend& be = detail::cuda_backend(home[me]);
+  detail::CudaDeviceGuard guard(be.physical(), be.device());
+  const cudaStream_t stream = be.stream_for_call();
+  const DType dtype = in.dtype;
+  const std::size_t elem = dtype_size(dtype);
+  // ncclAvg as the all-reduce uses it: exact only for a power of two of floats.
+  const bool avg = op == ReduceOp::MEAN && is_power_of_two(n) && dtype_is_floating(dtype);
+  const bool equal = std::all_of(split.begin(), split.end(), [&](int64_t c) { return c == split[0]; });
+  enqueue_group(*comms, {me}, limits, "reduce_scatter", [&](int, ncclComm_t comm) {
+    if (equal) {
+      return ncclReduceScatter(in.data(), out.data(), static_cast<std::size_t>(split[me]), nccl_type(dtype),
+                               avg ? ncclAvg : ncclSum, comm, stream);
+    }
+    // Uneven pieces (rows that do not divide by the replicas): one reduction per piece onto its
+    // replica, in one group; each rank sends every piece and receives its own.
+    int64_t begin = 0;
+    for (int root = 0; root < n; ++root) {
+      const auto count = static_cast<std::size_t>(split[root]);
+      const void* send = static_cast<const unsigned char*>(in.data()) + begin * static_cast<int64_t>(elem);
+      begin += split[root];
+      if (count == 0) continue;
+      // The receive buffer is read on the root only.
+      void* recv = root == me ? out.data() : const_cast<void*>(send);
+      const ncclResult_t r =
+          ncclReduce(send, recv, count, nccl_type(dtype), avg ? ncclAvg : ncclSum, root, comm, stream);
+      if (r != ncclSuccess && r != ncclInProgress) return r;
+    }
+    return ncclSuccess;
+  });
+  if (op == ReduceOp::MEAN && !avg && out.numel > 0) be.divide(dtype, out.data(), out.numel, n);
+  be.check(cudaEventRecord(comms->done[me], stream), "cudaEventRecord");
+  wait_for_completion(*comms, me, be, limits, "reduce_scatter");
+}
+
 }  // namespace mirrored
