@@ -17,6 +17,7 @@ namespace mirrored {
 
 namespace detail {
 class CollectiveGroup;  // the replicas' rendezvous (private)
+struct OptimizerStep;   // <mirrored/detail/optimizer_step.hpp>
 }  // namespace detail
 
 /// One collective seen from one replica. Every replica has posted its `Buffers` before a backend
@@ -41,6 +42,9 @@ class CollectiveStep {
     /// piece per replica of every worker in global replica order; a replica's output holds its
     /// piece. The pieces add up to the input's size.
     const std::vector<int64_t>* split = nullptr;
+    /// An optimizer step (`CrossDeviceOps::all_reduce_and_update`): the replica's gradients are
+    /// `inputs`, and this says which copies they update and how.
+    const detail::OptimizerStep* update = nullptr;
   };
 
   /// A step of a group of replicas (every replica has posted `Buffers` when it joined), bounded
@@ -78,6 +82,8 @@ class CollectiveStep {
   /// Reduce-scatter: every replica's piece of the reduced input, in elements, in replica order
   /// (see `Buffers::split`; with one worker, index r is local replica r).
   const std::vector<int64_t>& split() const;
+  /// Replica `r`'s optimizer step (`CrossDeviceOps::all_reduce_and_update`; null otherwise).
+  const detail::OptimizerStep* update(int r) const { return posted(r).update; }
 
  private:
   const Buffers& posted(int r) const;

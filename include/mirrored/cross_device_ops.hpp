@@ -55,6 +55,16 @@ class CrossDeviceOps {
   /// collective of its own (NCCL's reduce-scatter) overrides it.
   virtual void reduce_scatter(ReduceOp op, CollectiveStep& step);
 
+  /// Replica context, called by every replica thread for an optimizer step (`step.update(r)`,
+  /// <mirrored/detail/optimizer_step.hpp>; the gradients are `inputs`): sums every replica's
+  /// gradients (SUM, in replica order) and applies the update to every replica's copies in one
+  /// pass, the sum of each slice updating the parameters (and the slots: every copy, or each
+  /// replica's own slice when they are sharded) while it is still in cache, and returns true; or
+  /// returns false, having done nothing, when the backend has no such path for these tensors (the
+  /// library then reduces and updates in separate passes, with the same result). Every replica
+  /// gets the same answer from the same posts. The default returns false.
+  virtual bool all_reduce_and_update(CollectiveStep& step);
+
   /// Cross-replica context (`batch_reduce_to` onto destinations on the replicas' devices
   /// `devices`): sets `outputs[i][r]`, a new tensor on `devices[r]`, to the reduction of
   /// `inputs[i][0..N)` (validated equal in dtype and shape) and returns true; or returns false,
@@ -106,6 +116,11 @@ class InProcessAllReduce : public CrossDeviceOps {
               const detail::UntypedTensor& out) override;
   void all_reduce(ReduceOp op, CollectiveStep& step) override;
   void all_gather(int axis, CollectiveStep& step) override;
+  /// True when every replica's tensors are host memory: replica r sums its BALANCED slice of each
+  /// gradient in blocks of 16 KiB and updates that slice of its parameters and slots while the sum
+  /// is in cache, then copies the updated slice to every other replica's copies (bitwise the
+  /// all-reduce followed by the update).
+  bool all_reduce_and_update(CollectiveStep& step) override;
 };
 
 /// All-reduce with NVIDIA NCCL, one communicator per replica GPU (which must be distinct

@@ -15,6 +15,7 @@
 /// the last bits (contracted multiply-adds).
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -29,7 +30,7 @@
 #include "mirrored/communication_options.hpp"
 #include "mirrored/detail/adam_step_size.hpp"
 #include "mirrored/detail/device_backend.hpp"
-#include "mirrored/detail/pack_rule.hpp"
+#include "mirrored/detail/optimizer_step.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/replica_context.hpp"
 #include "mirrored/tensor.hpp"
@@ -89,10 +90,22 @@ class Optimizer {
   /// Number of updates applied (as seen by the calling replica).
   int64_t iterations() const;
 
-  /// The slot `slot_name` (e.g. "momentum", "m", "v") of `var`. \throws NotFoundError if absent.
+  /// The slot `slot_name` (e.g. "momentum", "m", "v") of `var`. With `shard_optimizer_state` it is
+  /// a sharded variable (`Variable::is_sharded`): read or assigned in cross-replica context it is
+  /// the whole slot, so checkpoints hold the same tensors either way and restore into either, with
+  /// any number of replicas. \throws NotFoundError if absent.
   Variable<T> get_slot(const Variable<T>& var, const std::string& slot_name) const;
 
+  /// The bytes of optimizer state (slots and the step counter) each of this worker's replicas
+  /// holds on its device, in replica order (one entry for plain variables). With
+  /// `shard_optimizer_state` each replica holds about 1/N of every slot.
+  std::vector<int64_t> state_bytes_per_replica() const;
+
  protected:
+  /// Set by the built-in optimizers from their options: `apply_gradients` inside `run`
+  /// reduce-scatters the gradients, updates this replica's slice of the weights with its slice of
+  /// every slot (the only part of the slots it keeps), and all-gathers the weights into every copy.
+  bool shard_optimizer_state_ = false;
   /// Slot names this optimizer keeps per variable.
   virtual std::vector<std::string> slot_names() const = 0;
   /// Computes the new value of one copy of a variable (and of its slots, in place) on host memory.
@@ -115,8 +128,11 @@ class Optimizer {
     return state.strategy ? cpu0 : state.get(0).device();
   }
   void apply_to_copy(const Variable<T>& var, std::size_t r, const Tensor<T>& grad, int64_t step);
+  // The fused step of replica `r` (`ctx` null: plain variables) through the library's collective
+  // plan; `aggregate`: sum the gradients across replicas first.
   void apply_fused(const detail::OptimizerUpdate& u, const std::vector<Variable<T>>& vars,
-                   const std::vector<Tensor<T>>& grads, std::size_t r, Variable<int64_t>& iterations);
+                   const std::vector<Tensor<T>>& grads, std::size_t r, Variable<int64_t>& iterations,
+                   ReplicaContext* ctx, bool aggregate);
 
   mutable std::mutex mu_;
   std::map<const void*, Slots> slots_;  // keyed by the variable's state
@@ -128,6 +144,10 @@ struct SGDOptions {
   double learning_rate = 0.01;
   double momentum = 0.0;
   bool nesterov = false;
+  /// Keep each replica's slice of the slots only (ZeRO-1/2, PyTorch's ZeroRedundancyOptimizer;
+  /// beyond TF): see `Optimizer::shard_optimizer_state_`. The weights stay bitwise those of the
+  /// unsharded optimizer on CPU replicas.
+  bool shard_optimizer_state = false;
 };
 
 /// Stochastic gradient descent with optional (Nesterov) momentum, as Keras defines it:
@@ -138,6 +158,7 @@ class SGD : public Optimizer<T> {
  public:
   /// \throws InvalidArgumentError for a negative learning rate or a momentum outside [0, 1].
   explicit SGD(SGDOptions o = {}) : o_(o) {
+    this->shard_optimizer_state_ = o.shard_optimizer_state;
     MIRRORED_ENFORCE(o.learning_rate >= 0, InvalidArgumentError, "SGD: learning_rate must be >= 0, got ",
                      o.learning_rate);
     MIRRORED_ENFORCE(o.momentum >= 0 && o.momentum <= 1, InvalidArgumentError, "SGD: momentum must be in [0, 1], got ",
@@ -180,6 +201,8 @@ struct AdamOptions {
   double beta_1 = 0.9;
   double beta_2 = 0.999;
   double epsilon = 1e-7;
+  /// Keep each replica's slice of m and v only (see SGDOptions::shard_optimizer_state).
+  bool shard_optimizer_state = false;
 };
 
 /// Adam, as Keras defines it: `m += (g - m)(1 - β1)`, `v += (g² - v)(1 - β2)`,
@@ -189,6 +212,7 @@ class Adam : public Optimizer<T> {
  public:
   /// \throws InvalidArgumentError for a negative learning rate or epsilon, or betas outside [0, 1).
   explicit Adam(AdamOptions o = {}) : o_(o) {
+    this->shard_optimizer_state_ = o.shard_optimizer_state;
     MIRRORED_ENFORCE(o.learning_rate >= 0 && o.epsilon >= 0, InvalidArgumentError,
                      "Adam: learning_rate and epsilon must be >= 0, got ", o.learning_rate, " and ", o.epsilon);
     MIRRORED_ENFORCE(o.beta_1 >= 0 && o.beta_1 < 1 && o.beta_2 >= 0 && o.beta_2 < 1, InvalidArgumentError,
@@ -224,6 +248,8 @@ struct AdamWOptions {
   double beta_1 = 0.9;
   double beta_2 = 0.999;
   double epsilon = 1e-7;
+  /// Keep each replica's slice of m and v only (see SGDOptions::shard_optimizer_state).
+  bool shard_optimizer_state = false;
 };
 
 /// Adam with decoupled weight decay, as Keras' `AdamW` defines it: first
@@ -236,6 +262,7 @@ class AdamW : public Optimizer<T> {
   /// \throws InvalidArgumentError for a negative learning rate, weight decay or epsilon, or betas
   /// outside [0, 1).
   explicit AdamW(AdamWOptions o = {}) : o_(o) {
+    this->shard_optimizer_state_ = o.shard_optimizer_state;
     MIRRORED_ENFORCE(o.learning_rate >= 0 && o.epsilon >= 0 && o.weight_decay >= 0, InvalidArgumentError,
                      "AdamW: learning_rate, weight_decay and epsilon must be >= 0, got ", o.learning_rate, ", ",
                      o.weight_decay, " and ", o.epsilon);
@@ -278,12 +305,16 @@ const typename Optimizer<T>::Slots& Optimizer<T>::slots_for(const Variable<T>& v
   // Created like any variable: in the variable's strategy (once, shared, when inside run), else
   // on the plain variable's device, beside it.
   const Device device = home_device(var);
+  Strategy* owner = detail::VariableAccess::state(var).strategy;
   Slots s;
   for (const auto& slot : slot_names()) {
     VariableOptions o;
     o.name = var.name() + "/" + slot;
     o.trainable = false;
-    s.vars.emplace_back(Tensor<T>::zeros(var.shape(), device), o);
+    if (shard_optimizer_state_ && owner)
+      s.vars.push_back(detail::VariableAccess::sharded_zeros<T>(*owner, var.shape(), o));
+    else
+      s.vars.emplace_back(Tensor<T>::zeros(var.shape(), device), o);
   }
   std::lock_guard lock(mu_);
   return slots_.emplace(key, std::move(s)).first->second;  // first replica to get here wins
@@ -324,6 +355,21 @@ Variable<T> Optimizer<T>::get_slot(const Variable<T>& var, const std::string& sl
 }
 
 template <class T>
+std::vector<int64_t> Optimizer<T>::state_bytes_per_replica() const {
+  std::lock_guard lock(mu_);
+  std::vector<int64_t> bytes;
+  auto add = [&bytes](const auto& var) {
+    const auto copies = var.components();
+    if (bytes.size() < copies.size()) bytes.resize(copies.size());
+    for (std::size_t r = 0; r < copies.size(); ++r) bytes[r] += static_cast<int64_t>(copies[r].bytes());
+  };
+  for (const auto& [key, slots] : slots_)
+    for (const auto& v : slots.vars) add(v);
+  if (iterations_) add(*iterations_);
+  return bytes;
+}
+
+template <class T>
 void Optimizer<T>::apply_to_copy(const Variable<T>& var, std::size_t r, const Tensor<T>& grad, int64_t step) {
   const Slots& s = slots_for(var);
   // Copy-on-write: a host copy nobody else holds is updated in place; one that a reader still
@@ -351,7 +397,8 @@ void Optimizer<T>::apply_to_copy(const Variable<T>& var, std::size_t r, const Te
 
 template <class T>
 void Optimizer<T>::apply_fused(const detail::OptimizerUpdate& u, const std::vector<Variable<T>>& vars,
-                               const std::vector<Tensor<T>>& grads, std::size_t r, Variable<int64_t>& iterations) {
+                               const std::vector<Tensor<T>>& grads, std::size_t r, Variable<int64_t>& iterations,
+                               ReplicaContext* ctx, bool aggregate) {
   // Every copy this step writes is taken out of its variable and updated in place when nobody
   // else holds it; one that a reader still holds (a value() snapshot) is replaced by an updated
   // copy on its device (copy-on-write). Whatever was taken goes back if anything throws.
@@ -378,66 +425,37 @@ void Optimizer<T>::apply_fused(const detail::OptimizerUpdate& u, const std::vect
     return t;
   };
 
-  auto& counter = detail::VariableAccess::state(iterations);
-  const Tensor<int64_t> step_in = counter.get(r);
-  const Device step_device = step_in.device();
-  Tensor<int64_t> step_out = Tensor<int64_t>::empty({}, step_device);
-
-  struct Pack {
-    Device device;
-    std::vector<detail::UpdateSegment> segments;
-    std::size_t bytes = 0;
-  };
-  std::vector<Pack> packs;
-  std::vector<Tensor<T>> moved;  // gradients copied to their variable's device
+  detail::OptimizerStep step;
+  step.dtype = dtype_of<T>();
+  step.update = u;
+  step.aggregate = aggregate;
+  step.pack = pack_gradients;
+  step.communication = communication;
   for (std::size_t i = 0; i < vars.size(); ++i) {
     const Slots& s = slots_for(vars[i]);
-    Tensor<T>& w = take(vars[i]);
-    detail::UpdateSegment seg;
-    seg.param = w.data();
-    seg.count = w.numel();
+    const Tensor<T>& w = take(vars[i]);
+    std::array<detail::UntypedTensor, 2> slots{};
     for (std::size_t k = 0; k < s.vars.size() && k < 2; ++k) {
-      Tensor<T>& slot = take(s.vars[k]);
+      const Tensor<T>& slot = take(s.vars[k]);
       MIRRORED_ENFORCE(slot.device() == w.device(), FailedPreconditionError, "apply_gradients: slot '",
                        s.vars[k].name(), "' is on ", slot.device().to_string(), " but its variable '", vars[i].name(),
                        "' is on ", w.device().to_string());
-      seg.slot[k] = slot.data();
+      slots[k] = detail::TensorAccess::erase(slot);
+      step.sharded = s.vars[k].is_sharded();
     }
-    if (seg.count == 0) continue;
-    if (grads[i].device() == w.device()) {
-      seg.grad = grads[i].data();
-    } else {
-      moved.push_back(grads[i].to(w.device()));
-      seg.grad = moved.back().data();
-    }
-    if (packs.empty() || packs.back().device != w.device() ||
-        packs.back().segments.size() == static_cast<std::size_t>(detail::kMaxUpdateSegments) ||
-        detail::pack_is_full(static_cast<int64_t>(packs.back().bytes), communication.bytes_per_pack))
-      packs.push_back({w.device(), {}, 0});
-    packs.back().segments.push_back(seg);
-    packs.back().bytes += w.bytes();
+    step.params.push_back(detail::TensorAccess::erase(w));
+    step.grads.push_back(detail::TensorAccess::erase(grads[i]));
+    step.slots.push_back(std::move(slots));
   }
-  // The last pack on the step counter's device writes the new step; without one, a pass of no
-  // segments does.
-  std::size_t writer = packs.size();
-  for (std::size_t p = 0; p < packs.size(); ++p)
-    if (packs[p].device == step_device) writer = p;
-  if (writer == packs.size()) packs.push_back({step_device, {}, 0});
-  std::vector<std::pair<Device, Tensor<int64_t>>> steps{{step_device, step_in}};
-  for (std::size_t p = 0; p < packs.size(); ++p) {
-    const Pack& pack = packs[p];
-    auto it = std::find_if(steps.begin(), steps.end(), [&](const auto& d) { return d.first == pack.device; });
-    if (it == steps.end()) {
-      steps.emplace_back(pack.device, step_in.to(pack.device));
-      it = steps.end() - 1;
-    }
-    detail::backend_for(pack.device)
-        .apply_optimizer(dtype_of<T>(), u, pack.segments.data(), static_cast<int>(pack.segments.size()),
-                         it->second.data(), p == writer ? step_out.data() : nullptr);
-  }
+  auto& counter = detail::VariableAccess::state(iterations);
+  const Tensor<int64_t> step_in = counter.get(r);
+  const Tensor<int64_t> step_out = Tensor<int64_t>::empty({}, step_in.device());
+  step.step_in = detail::TensorAccess::erase(step_in);
+  step.step_out = detail::TensorAccess::erase(step_out);
+  detail::apply_optimizer_step(ctx, step);
   restore.done = true;
   for (auto& t : taken) t.state->set(r, std::move(t.value));
-  detail::VariableAccess::set_component(iterations, r, std::move(step_out));
+  detail::VariableAccess::set_component(iterations, r, step_out);
 }
 
 template <class T>
@@ -471,21 +489,18 @@ void Optimizer<T>::apply_gradients(const GradsAndVars<T>& grads_and_vars, bool s
                      "Mixing different tf.distribute.Strategy objects: apply_gradients got variables '", vars[0].name(),
                      "' and '", v.name(), "' of different strategies");
   }
+  MIRRORED_ENFORCE(fused || !shard_optimizer_state_, UnimplementedError,
+                   "apply_gradients: shard_optimizer_state needs the fused update of SGD, Adam or AdamW, which this "
+                   "optimizer's fused_update() declines");
   build(vars);
   int replica = 0;
+  ReplicaContext* ctx = nullptr;
   if (owner) {
     const auto place = detail::locate_variable(owner, vars[0].name(), "apply_gradients", true);
     MIRRORED_ENFORCE(place.replica_context, FailedPreconditionError, "apply_gradients on variables of ", owner->name(),
                      " must be called inside its run (in replica context), where gradients are all-reduced");
     replica = place.replica;
-    ReplicaContext* ctx = get_replica_context();
-    if (skip_gradients_aggregation) {
-      // Reduced already (GradientBuckets, or the caller's own all_reduce).
-    } else if (pack_gradients) {
-      grads = ctx->all_reduce(ReduceOp::SUM, grads, communication);
-    } else {
-      for (auto& g : grads) g = ctx->all_reduce(ReduceOp::SUM, g, communication);
-    }
+    ctx = get_replica_context();
   }
   const auto r = static_cast<std::size_t>(replica);
   std::shared_ptr<Variable<int64_t>> iterations;
@@ -494,8 +509,16 @@ void Optimizer<T>::apply_gradients(const GradsAndVars<T>& grads_and_vars, bool s
     iterations = iterations_;
   }
   if (fused) {
-    apply_fused(*fused, vars, grads, r, *iterations);
+    // The reduction (unless skipped) and the update in one collective of the library's plan.
+    apply_fused(*fused, vars, grads, r, *iterations, ctx, !skip_gradients_aggregation);
     return;
+  }
+  if (ctx && !skip_gradients_aggregation) {
+    if (pack_gradients) {
+      grads = ctx->all_reduce(ReduceOp::SUM, grads, communication);
+    } else {
+      for (auto& g : grads) g = ctx->all_reduce(ReduceOp::SUM, g, communication);
+    }
   }
   auto& counter = detail::VariableAccess::state(*iterations);
   const int64_t step = counter.get(r).item() + 1;

@@ -34,6 +34,8 @@ struct MergePost {
   Result* result;
 };
 inline int local_replica_index(const ReplicaContext& ctx) noexcept;
+struct OptimizerStep;
+void apply_optimizer_step(ReplicaContext* ctx, OptimizerStep& step);
 class AsyncRunner;
 enum class CollectiveKind;
 }  // namespace detail
@@ -129,6 +131,7 @@ class ReplicaContext {
   friend class Strategy;
   friend class detail::AsyncRunner;
   friend int detail::local_replica_index(const ReplicaContext& ctx) noexcept;
+  friend void detail::apply_optimizer_step(ReplicaContext* ctx, detail::OptimizerStep& step);
   ReplicaContext(Strategy& strategy, int replica_id) : strategy_(&strategy), replica_id_(replica_id) {}
 
   // Throws FailedPreconditionError unless the calling thread is inside this context's run.
@@ -151,6 +154,8 @@ class ReplicaContext {
                                                        std::vector<detail::UntypedTensor> in,
                                                        const std::vector<char>& scratch, std::string structure,
                                                        const CommunicationOptions& options);
+  // An optimizer step of this replica through the collective plan (detail::apply_optimizer_step).
+  void optimizer_step(detail::OptimizerStep& step);
   // A reduction's checks where it is called: MEAN of integers (op `name`).
   void check_mean_of(const char* name, ReduceOp op, bool integer) const;
   // An asynchronous collective's error that nobody waited for fails this replica's run.

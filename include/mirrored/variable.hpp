@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "mirrored/detail/balanced_split.hpp"
 #include "mirrored/distributed_values.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/replica_context.hpp"
@@ -72,6 +73,9 @@ struct VariableState {
   VariableSynchronization synchronization = VariableSynchronization::AUTO;
   VariableAggregation aggregation = VariableAggregation::NONE;
   bool sync_on_read = false;
+  // Each copy holds only its replica's BALANCED piece of the flattened value (rank 1), in global
+  // replica order across workers: an optimizer's slots with `shard_optimizer_state`.
+  bool sharded = false;
   Strategy* strategy = nullptr;                       // nullptr: a plain variable
   std::weak_ptr<const std::uint64_t> strategy_alive;  // Strategy::weak_id(): expires with it
   std::string strategy_name;                          // "MirroredStrategy #3", for messages
@@ -167,7 +171,17 @@ class Variable {
   }
 
   /// True for a mirrored (ON_WRITE/AUTO, created in a strategy) variable.
-  bool is_mirrored() const noexcept { return state_->strategy && !state_->sync_on_read && component_ < 0; }
+  bool is_mirrored() const noexcept {
+    return state_->strategy && !state_->sync_on_read && !state_->sharded && component_ < 0;
+  }
+  /// True for a sharded variable (beyond TF's API for mirrored strategies; TF's `ShardedVariable`):
+  /// each replica's copy holds only its slice of the flattened value (BALANCED over every replica of
+  /// every worker), as an optimizer keeps its slots with `shard_optimizer_state`. Read and written
+  /// whole in cross-replica context (the slices are gathered, or cut), where it behaves as a
+  /// mirrored variable of its full shape (so checkpoints hold the same tensors either way); inside
+  /// `run`, reads and writes of the whole throw FailedPreconditionError (each replica has only its
+  /// slice: `experimental_local_results` and `extended().update` reach the slices).
+  bool is_sharded() const noexcept { return state_->strategy && state_->sharded && component_ < 0; }
   /// True for a sync-on-read (ON_READ, created in a strategy) variable.
   bool is_sync_on_read() const noexcept { return state_->strategy && state_->sync_on_read && component_ < 0; }
   /// The name given at creation (without `:0`).
@@ -211,6 +225,10 @@ class Variable {
   template <class V>
   Tensor<T> write(Op op, const char* name, const V& v);
   std::function<void()> prepare_assign(const Tensor<T>& value) const;
+  // Sharded variables: the whole value gathered from the slices, and `value` cut into them (one
+  // per copy, on its device).
+  Tensor<T> sharded_read() const;
+  std::vector<Tensor<T>> sharded_pieces(const Tensor<T>& value) const;
 
   std::shared_ptr<detail::VariableState<T>> state_;
   int component_ = -1;  // >= 0: a view of that copy alone (see StrategyExtended::update)
@@ -247,6 +265,11 @@ struct VariableAccess {
   static std::function<void()> prepare_assign(const Variable<T>& v, const Tensor<T>& value) {
     return v.prepare_assign(value);
   }
+  /// A new sharded variable of `shape` (see `Variable::is_sharded`) of strategy `s`, zeros: inside
+  /// its `run` made once (every replica calls this and gets the same variable), in cross-replica
+  /// context at once.
+  template <class T>
+  static Variable<T> sharded_zeros(Strategy& s, const Shape& shape, const VariableOptions& o);
 };
 }  // namespace detail
 
@@ -316,8 +339,39 @@ Tensor<T> Variable<T>::value() const {
   Strategy* owner = state_->live_strategy("value");
   if (!owner) return state_->get(0);
   const auto place = detail::locate_variable(owner, state_->name, "value", false);
+  if (state_->sharded) {
+    MIRRORED_ENFORCE(!place.replica_context, FailedPreconditionError, "Variable '", state_->name,
+                     "' is sharded across the replicas (each holds a slice); read it whole in cross-replica context, "
+                     "not on replica ", place.replica, " inside run");
+    return sharded_read();
+  }
   if (place.replica_context) return state_->get(static_cast<std::size_t>(place.replica));
   return state_->sync_on_read ? aggregate_read() : state_->get(0);
+}
+
+template <class T>
+Tensor<T> Variable<T>::sharded_read() const {
+  // The slices in global replica order are the flattened value (across workers a gather, a
+  // collective of every worker, as a sync-on-read aggregate is).
+  const Tensor<T> flat = state_->strategy->gather(PerReplica<Tensor<T>>(components()), 0);
+  const Device& home = state_->get(0).device();
+  return (flat.device() == home ? flat : flat.to(home)).reshape(state_->shape);
+}
+
+template <class T>
+std::vector<Tensor<T>> Variable<T>::sharded_pieces(const Tensor<T>& value) const {
+  Strategy& s = *state_->strategy;
+  const auto local = static_cast<int64_t>(state_->components.size());
+  std::vector<Tensor<T>> pieces;
+  for (int64_t r = 0; r < local; ++r) {
+    const auto piece =
+        detail::balanced_piece(value.numel(), s.num_replicas_in_sync(), s.extended().worker_index() * local + r);
+    const Device device = state_->get(static_cast<std::size_t>(r)).device();
+    Tensor<T> t = Tensor<T>::empty({piece.count}, device);
+    if (piece.count) detail::copy_between(t.data(), device, value.data() + piece.begin, value.device(), t.bytes());
+    pieces.push_back(std::move(t));
+  }
+  return pieces;
 }
 
 template <class T>
@@ -402,6 +456,7 @@ Tensor<T> Variable<T>::cross_replica_write(Op op, const char* name, const std::v
   } else {
     for (std::size_t r = 0; r < n; ++r) apply(op, r, per_copy[r]);
   }
+  if (state_->sharded) return sharded_read();
   return state_->sync_on_read ? aggregate_read() : state_->get(0);
 }
 
@@ -414,6 +469,8 @@ Tensor<T> Variable<T>::write(Op op, const char* name, const V& v) {
     MIRRORED_ENFORCE(!place.replica_context && component_ < 0 && state_->strategy, InvalidArgumentError, "Variable '",
                      state_->name, "'.", name,
                      ": a PerReplica value can only be written to a distributed variable in cross-replica context");
+    MIRRORED_ENFORCE(!state_->sharded, InvalidArgumentError, "Variable '", state_->name, "'.", name,
+                     ": a sharded variable takes one whole value (cut into its replicas' slices), not a PerReplica");
     MIRRORED_ENFORCE(v.size() == state_->components.size(), InvalidArgumentError, "Variable '", state_->name, "'.",
                      name, ": PerReplica value has ", v.size(), " components for ", state_->components.size(),
                      " copies");
@@ -430,9 +487,45 @@ Tensor<T> Variable<T>::write(Op op, const char* name, const V& v) {
     Strategy* owner = state_->live_strategy(name);
     if (!owner) return apply(op, 0, t);
     const auto place = detail::locate_variable(owner, state_->name, name, true);
+    if (state_->sharded) {
+      MIRRORED_ENFORCE(!place.replica_context, FailedPreconditionError, "Variable '", state_->name, "'.", name,
+                       ": the variable is sharded across the replicas (each holds a slice); write it whole in "
+                       "cross-replica context, not on replica ",
+                       place.replica, " inside run");
+      return cross_replica_write(op, name, sharded_pieces(t));
+    }
     if (place.replica_context) return replica_write(op, name, place.replica, t);
     return cross_replica_write(op, name, std::vector<Tensor<T>>(state_->components.size(), t));
   }
+}
+
+template <class T>
+Variable<T> detail::VariableAccess::sharded_zeros(Strategy& strategy, const Shape& shape, const VariableOptions& o) {
+  auto make = [&](Strategy& s) {
+    auto st = std::make_shared<VariableState<T>>();
+    st->name = o.name;
+    st->synchronization = o.synchronization;
+    st->aggregation = o.aggregation;
+    st->trainable = o.trainable.value_or(false);
+    st->sharded = true;
+    st->strategy = &s;
+    st->strategy_alive = s.weak_id();
+    st->strategy_name = s.name() + " #" + std::to_string(s.id());
+    st->shape = shape;
+    const auto& devices = s.extended().worker_devices();
+    const auto local = static_cast<int64_t>(devices.size());
+    const int64_t numel = shape_numel(shape, sizeof(T));
+    for (int64_t r = 0; r < local; ++r) {
+      const auto piece = balanced_piece(numel, s.num_replicas_in_sync(), s.extended().worker_index() * local + r);
+      st->components.push_back(Tensor<T>::zeros({piece.count}, devices[static_cast<std::size_t>(r)]));
+    }
+    return st;
+  };
+  if (in_replica_thread()) {
+    // Inside run: made once (by replica 0's merge_fn) and shared by every replica.
+    return Variable<T>(get_replica_context()->merge_call([&](Strategy& s) { return make(s); }), -1);
+  }
+  return Variable<T>(make(strategy), -1);
 }
 
 template <class T>
@@ -465,9 +558,13 @@ std::function<void()> Variable<T>::prepare_assign(const Tensor<T>& value) const 
   const Tensor<T> per_copy = divide ? t / static_cast<T>(indices.size()) : t;
   std::vector<Tensor<T>> copies;
   copies.reserve(indices.size());
-  for (std::size_t r : indices) {
-    const Device device = state_->get(r).device();
-    copies.push_back(per_copy.device() == device ? per_copy.clone() : per_copy.to(device));
+  if (component_ < 0 && state_->sharded) {
+    copies = sharded_pieces(t);
+  } else {
+    for (std::size_t r : indices) {
+      const Device device = state_->get(r).device();
+      copies.push_back(per_copy.device() == device ? per_copy.clone() : per_copy.to(device));
+    }
   }
   return [state = state_, indices = std::move(indices), copies = std::move(copies)] {
     for (std::size_t k = 0; k < indices.size(); ++k) state->set(indices[k], copies[k]);
@@ -484,7 +581,9 @@ std::string Variable<T>::to_string() const {
   if (component_ >= 0) return describe(component_, state_->get(static_cast<std::size_t>(component_)));
   const auto copies = components();
   if (!state_->strategy) return describe(0, copies[0]);
-  std::string out = state_->sync_on_read ? "SyncOnReadVariable:{\n" : "MirroredVariable:{\n";
+  std::string out = state_->sharded        ? "ShardedVariable:{\n"
+                    : state_->sync_on_read ? "SyncOnReadVariable:{\n"
+                                           : "MirroredVariable:{\n";
   for (std::size_t r = 0; r < copies.size(); ++r)
     out += "  " + std::to_string(r) + ": " + describe(static_cast<int>(r), copies[r]) +
            (r + 1 < copies.size() ? ",\n" : "\n");

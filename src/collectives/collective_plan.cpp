@@ -81,27 +81,6 @@ void agree_all_gather(const CollectiveGroup& group) {
   }
 }
 
-// The wait of a collective for every replica to join it (the timeline's "rendezvous").
-void join_traced(CollectiveGroup& group, int replica, CollectiveKind kind, const void* payload,
-                 const Deadline& deadline) {
-  timeline::Scope trace("rendezvous", "collective");
-  group.join(replica, kind, payload, deadline);
-}
-
-// Runs the part of a collective after a successful join. Other replicas may be reading this
-// replica's posted buffers until they leave too, so an error here aborts the group and waits
-// for them before it propagates (and the buffers go away).
-template <class Body>
-void inside_collective(CollectiveGroup& group, int replica, Body body) {
-  try {
-    body();
-  } catch (...) {
-    group.leave_failed(replica, describe_exception(std::current_exception()));
-    throw;
-  }
-  group.leave(replica);
-}
-
 // `axis` made non-negative for replica `r`'s value, of rank `rank` (replicas' ranks may differ).
 int normalize_axis(int axis, int64_t rank, std::size_t r) {
   MIRRORED_ENFORCE(
@@ -155,6 +134,12 @@ LocalStage& local_only() {
 }
 
 }  // namespace
+
+void join_traced(CollectiveGroup& group, int replica, CollectiveKind kind, const void* payload,
+                 const Deadline& deadline) {
+  timeline::Scope trace("rendezvous", "collective");
+  group.join(replica, kind, payload, deadline);
+}
 
 CollectivePlan::CollectivePlan(CollectiveGroup& group, std::shared_ptr<CrossDeviceOps> local)
     : group_(group), local_(std::move(local)), stage_(std::make_shared<LocalStage>()) {}

@@ -28,8 +28,32 @@
 #include "mirrored/collective_step.hpp"
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/deadline.hpp"
+#include "mirrored/detail/optimizer_step.hpp"
+#include "util/exceptions.hpp"
 
 namespace mirrored::detail {
+
+/// The wait of a collective for every replica to join it (the timeline's "rendezvous").
+void join_traced(CollectiveGroup& group, int replica, CollectiveKind kind, const void* payload,
+                 const Deadline& deadline);
+
+/// Runs the part of a collective after a successful join. Other replicas may be reading this
+/// replica's posted buffers until they leave too, so an error here aborts the group and waits for
+/// them before it propagates (and the buffers go away).
+template <class Body>
+void inside_collective(CollectiveGroup& group, int replica, Body body) {
+  try {
+    body();
+  } catch (...) {
+    group.leave_failed(replica, describe_exception(std::current_exception()));
+    throw;
+  }
+  group.leave(replica);
+}
+
+/// A replica's copies in `step` updated from `grads` (reduced, or its own), pack by pack on each
+/// copy's device, and the step counter advanced: the update without any collective.
+void update_copies(const OptimizerStep& step, const std::vector<UntypedTensor>& grads);
 
 class CollectivePlan {
  public:
@@ -55,6 +79,10 @@ class CollectivePlan {
   /// (`mine.split`, every replica of every worker in global order). `kind` is reduce_scatter or
   /// reduce_scatter_async.
   void reduce_scatter(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine, const Deadline& deadline);
+
+  /// An optimizer step of the calling replica (`Optimizer::apply_gradients` inside `run`, see
+  /// optimizer_step.cpp): the gradients reduced (or not) and every copy updated, in one collective.
+  void apply_gradients(int replica, OptimizerStep& mine, const Deadline& deadline);
 
   /// All-gather along `axis` of `in`; returns the calling replica's output.
   std::vector<UntypedTensor> all_gather(int replica, const UntypedTensor& in, int axis, const Deadline& deadline);
@@ -105,6 +133,9 @@ class CollectivePlan {
                                            std::vector<int64_t> counts, const Deadline& deadline);
   template <class F>
   auto failing_job_on_error(F body) -> decltype(body());
+  // A sharded optimizer step after the agreement: reduce-scatter, update of this replica's
+  // slices, all-gather, pack by pack.
+  void apply_sharded(int replica, OptimizerStep& mine, const Deadline& deadline);
 
   CollectiveGroup& group_;
   std::shared_ptr<CrossDeviceOps> local_;

@@ -55,6 +55,7 @@ void CrossDeviceOps::reduce_scatter(ReduceOp op, CollectiveStep& step) {
                        op == ReduceOp::MEAN ? n : 0);
 }
 
+bool CrossDeviceOps::all_reduce_and_update(CollectiveStep&) { return false; }
 bool CrossDeviceOps::batch_all_reduce(ReduceOp, const std::vector<std::vector<detail::UntypedTensor>>&,
                                       const std::vector<Device>&, std::vector<std::vector<detail::UntypedTensor>>&,
                                       const Deadline&) {

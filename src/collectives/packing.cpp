@@ -15,7 +15,9 @@ std::vector<Pack> plan_packs(const std::vector<PackLeaf>& leaves, const PackRule
     const PackLeaf& leaf = leaves[i];
     if (rule.skip_empty && leaf.numel <= 0) continue;
     const bool same_kind = open && open->dtype == leaf.dtype && open->device == leaf.device;
-    if (!same_kind || rule.one_leaf_each || pack_is_full(open_bytes, rule.bytes_per_pack)) {
+    const bool crowded = rule.max_leaves > 0 && !packs.empty() &&
+                         packs.back().leaves.size() >= static_cast<std::size_t>(rule.max_leaves);
+    if (!same_kind || rule.one_leaf_each || crowded || pack_is_full(open_bytes, rule.bytes_per_pack)) {
       packs.emplace_back();
       open = &leaf;
       open_bytes = 0;

@@ -27,6 +27,7 @@ struct PackRule {
   bool one_leaf_each = false;  ///< every tensor a pack of its own (NcclAllReduce's num_packs = 0)
   bool skip_empty = false;     ///< leave tensors with no elements out of every pack
   int chunks = 1;              ///< calls per pack: near-equal element ranges (NcclAllReduce's num_packs)
+  int max_leaves = 0;          ///< at most this many tensors a pack (0: no limit; a fused update's kMaxUpdateSegments)
 };
 
 /// One pack: leaves reduced as one contiguous run of elements of one dtype.

@@ -98,6 +98,16 @@ detail::UntypedTensor ReplicaContext::reduce_scatter_flat(ReduceOp op, const det
   return outs[0];
 }
 
+void ReplicaContext::optimizer_step(detail::OptimizerStep& step) {
+  check_active("apply_gradients");
+  const Deadline d = deadline(step.communication);
+  MIRRORED_ENFORCE(step.communication.bytes_per_pack >= 0, InvalidArgumentError,
+                   "apply_gradients: CommunicationOptions::bytes_per_pack must be >= 0, got ",
+                   step.communication.bytes_per_pack);
+  drain_async();
+  strategy_->rt_->plan.apply_gradients(replica_id_, step, d);
+}
+
 void ReplicaContext::joined(detail::CollectiveKind kind, const CollectiveStep::Buffers& mine,
                             const Deadline& deadline) {
   auto& plan = strategy_->rt_->plan;
@@ -135,5 +145,17 @@ void ReplicaContext::merge_flat(const void* payload, const std::type_info& signa
       },
       [&](const void* first) { take(take_ctx, first); }, d);
 }
+
+namespace detail {
+
+void apply_optimizer_step(ReplicaContext* ctx, OptimizerStep& step) {
+  if (!ctx) {
+    update_copies(step, step.grads);  // a plain variable: nothing to reduce
+    return;
+  }
+  ctx->optimizer_step(step);
+}
+
+}  // namespace detail
 
 }  // namespace mirrored

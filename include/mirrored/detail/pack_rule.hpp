@@ -1,10 +1,9 @@
 #pragma once
 /// \file
 /// Needed by `GradientBuckets` (gradient_buckets.hpp), which closes its buckets as gradients
-/// arrive, and by the optimizers' fused update (optimizers.hpp), which packs the variables it
-/// updates: the rule by which every pack of the library is full, shared with the planner of the
-/// collectives (src/collectives/packing.hpp), so that a bucket, an update pack and a planned pack
-/// of the same tensors end at the same tensor.
+/// arrive: the rule by which every pack of the library is full, shared with the planner of the
+/// collectives (src/collectives/packing.hpp, which also packs the optimizers' fused updates), so
+/// that a bucket, an update pack and a planned pack of the same tensors end at the same tensor.
 
 #include <cstdint>
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "collectives/collective_helpers.hpp"
+#include "collectives/in_process/blocks.hpp"
 #include "collectives/packing.hpp"
 #include "collectives/stream_copy.hpp"
 #include "mirrored/cross_device_ops.hpp"
@@ -20,12 +21,8 @@ void InProcessAllReduce::reduce(ReduceOp op, const std::vector<detail::UntypedTe
   detail::sum_parts_on(parts, out, out.device(), op == ReduceOp::MEAN ? static_cast<int64_t>(per_replica.size()) : 0);
 }
 
-namespace {
-constexpr std::size_t kBlockBytes = 16384;
-// Per replica and pack: at this size the N outputs no longer fit a typical last-level cache
-// share, so caching them on the way out only costs bandwidth.
-constexpr std::size_t kStreamMinBytes = std::size_t{8} << 20;
-}  // namespace
+using detail::in_process::kBlockBytes;
+using detail::in_process::kStreamMinBytes;
 
 void InProcessAllReduce::all_reduce(ReduceOp op, CollectiveStep& step) {
   const int n = step.num_replicas();

@@ -1,0 +1,263 @@
+// The optimizer step of the collective plan (OptimizerStep, <mirrored/detail/optimizer_step.hpp>):
+// one call of apply_gradients with a fused update, for every kind of replica and worker.
+//
+//   agree        the replicas join as `apply_gradients` and check they update the same variables
+//                with the same optimizer, before any byte moves
+//   fused        CPU replicas of one worker: the local ops sum each slice and update it in one pass
+//                (CrossDeviceOps::all_reduce_and_update)
+//   otherwise    unsharded: an all-reduce of the packed gradients, then every copy updated on its
+//                device; sharded: per pack, a reduce-scatter of the gradients cut by variable
+//                slices, this replica's slices updated (with its slices of the slots), and an
+//                all-gather of the updated slices into every copy
+//
+// Either way the sums are in replica order and the update is the backend's fused loop, so on CPU
+// replicas every path gives the same bits.
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/collective_plan.hpp"
+#include "collectives/packing.hpp"
+#include "mirrored/detail/balanced_split.hpp"
+#include "mirrored/detail/optimizer_step.hpp"
+#include "util/exceptions.hpp"
+#include "util/timeline.hpp"
+
+namespace mirrored::detail {
+namespace {
+
+const OptimizerStep& update_of(const CollectiveGroup& group, int r) {
+  return *static_cast<const CollectiveStep::Buffers*>(group.payload(r))->update;
+}
+
+std::string describe_update(const OptimizerUpdate& u) {
+  return str_cat("kind ", static_cast<int>(u.kind), ", learning_rate ", u.learning_rate, ", momentum ", u.momentum,
+                 ", beta_1 ", u.beta_1, ", beta_2 ", u.beta_2, ", epsilon ", u.epsilon, ", weight_decay ",
+                 u.weight_decay);
+}
+
+bool same_update(const OptimizerUpdate& a, const OptimizerUpdate& b) {
+  return a.kind == b.kind && a.learning_rate == b.learning_rate && a.momentum == b.momentum && a.beta_1 == b.beta_1 &&
+         a.beta_2 == b.beta_2 && a.epsilon == b.epsilon && a.weight_decay == b.weight_decay;
+}
+
+// Every replica checks every replica's step against replica 0's, in the same order, so all reach
+// the same verdict.
+void agree_optimizer_step(const CollectiveGroup& group) {
+  const OptimizerStep& first = update_of(group, 0);
+  for (int r = 1; r < group.size(); ++r) {
+    const OptimizerStep& other = update_of(group, r);
+    MIRRORED_ENFORCE(other.params.size() == first.params.size(), InvalidArgumentError,
+                     "apply_gradients: replica 0 passed ", first.params.size(), " gradients but replica ", r, " passed ",
+                     other.params.size());
+    MIRRORED_ENFORCE(other.dtype == first.dtype, InvalidArgumentError, "apply_gradients: replica 0 updates dtype ",
+                     dtype_name(first.dtype), " but replica ", r, " updates ", dtype_name(other.dtype));
+    for (std::size_t v = 0; v < first.params.size(); ++v) {
+      MIRRORED_ENFORCE(other.params[v].shape == first.params[v].shape, InvalidArgumentError,
+                       "apply_gradients: replica 0 passed gradient ", v, " of shape ",
+                       format_shape(first.params[v].shape), " but replica ", r, " passed shape ",
+                       format_shape(other.params[v].shape));
+    }
+    MIRRORED_ENFORCE(same_update(other.update, first.update), InvalidArgumentError,
+                     "apply_gradients: replica 0's optimizer has ", describe_update(first.update), " but replica ", r,
+                     "'s has ", describe_update(other.update));
+    MIRRORED_ENFORCE(other.sharded == first.sharded && other.aggregate == first.aggregate && other.pack == first.pack,
+                     InvalidArgumentError, "apply_gradients: replica 0 passed shard_optimizer_state ", first.sharded,
+                     ", skip_gradients_aggregation ", !first.aggregate, ", pack_gradients ", first.pack,
+                     " but replica ", r, " passed ", other.sharded, ", ", !other.aggregate, ", ", other.pack);
+    MIRRORED_ENFORCE(other.communication.bytes_per_pack == first.communication.bytes_per_pack &&
+                         other.communication.compression == first.communication.compression,
+                     InvalidArgumentError, "apply_gradients: replica 0 passed bytes_per_pack ",
+                     first.communication.bytes_per_pack, " and compression ",
+                     compression_name(first.communication.compression), " but replica ", r, " passed ",
+                     other.communication.bytes_per_pack, " and ",
+                     compression_name(other.communication.compression));
+  }
+}
+
+unsigned char* at(const UntypedTensor& t, int64_t element, std::size_t elem) {
+  return static_cast<unsigned char*>(t.data()) + element * static_cast<int64_t>(elem);
+}
+
+// The packs of a step's variables: runs on one device, closed by the pack rule, at most
+// kMaxUpdateSegments each (one backend call), or one variable each.
+std::vector<Pack> update_packs(const OptimizerStep& s) {
+  std::vector<PackLeaf> leaves;
+  for (const auto& p : s.params) leaves.push_back({s.dtype, p.device(), p.numel});
+  PackRule rule;
+  rule.bytes_per_pack = s.communication.bytes_per_pack;
+  rule.one_leaf_each = !s.pack;
+  rule.skip_empty = true;
+  rule.max_leaves = kMaxUpdateSegments;
+  return plan_packs(leaves, rule);
+}
+
+// The step counter where `device`'s kernels can read it: step_in itself, or a copy.
+class StepCounters {
+ public:
+  explicit StepCounters(const OptimizerStep& s) : s_(s) {}
+  const int64_t* on(const Device& device) {
+    if (device == s_.step_in.device()) return static_cast<const int64_t*>(s_.step_in.data());
+    for (const auto& c : copies_)
+      if (c.device() == device) return static_cast<const int64_t*>(c.data());
+    copies_.push_back(make_untyped(DType::int64, {}, device));
+    copy_between(copies_.back().data(), device, s_.step_in.data(), s_.step_in.device(), sizeof(int64_t));
+    return static_cast<const int64_t*>(copies_.back().data());
+  }
+  // The new count, once every pack was updated.
+  void write() {
+    backend_for(s_.step_in.device())
+        .apply_optimizer(s_.dtype, s_.update, nullptr, 0, on(s_.step_in.device()),
+                         static_cast<int64_t*>(s_.step_out.data()));
+  }
+
+ private:
+  const OptimizerStep& s_;
+  std::vector<UntypedTensor> copies_;
+};
+
+}  // namespace
+
+void update_copies(const OptimizerStep& s, const std::vector<UntypedTensor>& grads) {
+  StepCounters steps(s);
+  const std::size_t elem = dtype_size(s.dtype);
+  for (const Pack& pack : update_packs(s)) {
+    const Device device = s.params[pack.leaves.front()].device();
+    std::vector<UntypedTensor> moved;  // gradients brought to their parameters' device
+    std::vector<UpdateSegment> segments;
+    for (std::size_t v : pack.leaves) {
+      UpdateSegment seg;
+      seg.param = s.params[v].data();
+      seg.count = s.params[v].numel;
+      for (int k = 0; k < 2; ++k) seg.slot[k] = s.slots[v][k].storage ? s.slots[v][k].data() : nullptr;
+      if (grads[v].device() == device) {
+        seg.grad = grads[v].data();
+      } else {
+        moved.push_back(make_untyped(s.dtype, grads[v].shape, device));
+        copy_between(moved.back().data(), device, grads[v].data(), grads[v].device(), grads[v].numel * elem);
+        seg.grad = moved.back().data();
+      }
+      segments.push_back(seg);
+    }
+    backend_for(device).apply_optimizer(s.dtype, s.update, segments.data(), static_cast<int>(segments.size()),
+                                        steps.on(device), nullptr);
+  }
+  steps.write();
+}
+
+void CollectivePlan::apply_gradients(int replica, OptimizerStep& mine, const Deadline& deadline) {
+  timeline::Scope trace("apply_gradients", "collective");
+  const int n = group_.size();
+  if (!mine.sharded && !mine.aggregate) {
+    // Gradients reduced already and nothing to gather: every replica updates its own copies, as it
+    // would without the library.
+    update_copies(mine, mine.grads);
+    return;
+  }
+  if (n > 1) {
+    const CollectiveStep::Buffers post{&mine.grads, &mine.params, nullptr, ReduceOp::SUM, 0, 0,
+                                       mine.communication.compression, nullptr, &mine};
+    join_traced(group_, replica, CollectiveKind::apply_gradients, &post, deadline);
+    bool fused = false;
+    inside_collective(group_, replica, [&] {
+      agree_optimizer_step(group_);
+      CollectiveStep step(group_, replica, group_.deadline());
+      if (stage_->num_workers() == 1 && mine.aggregate) fused = local_->all_reduce_and_update(step);
+      // Nobody's post goes away while another replica still reads it, and every copy is final
+      // before anyone returns.
+      step.sync();
+    });
+    if (fused) return;
+  }
+  if (!mine.sharded) {
+    if (n * stage_->num_workers() == 1) {
+      update_copies(mine, mine.grads);  // the sum of one replica's gradients
+      return;
+    }
+    std::vector<UntypedTensor> reduced;
+    for (const auto& g : mine.grads) reduced.push_back(make_untyped(g.dtype, g.shape, g.device()));
+    // pack_gradients false: a pack size of one byte closes every pack after its first tensor.
+    const CollectiveStep::Buffers post{&mine.grads, &reduced, nullptr, ReduceOp::SUM, 0,
+                                       mine.pack ? mine.communication.bytes_per_pack : 1,
+                                       mine.communication.compression};
+    all_reduce(CollectiveKind::all_reduce, replica, post, deadline);
+    update_copies(mine, reduced);
+    return;
+  }
+  apply_sharded(replica, mine, deadline);
+}
+
+void CollectivePlan::apply_sharded(int replica, OptimizerStep& mine, const Deadline& deadline) {
+  const int local = group_.size();
+  const int64_t num = static_cast<int64_t>(local) * stage_->num_workers();
+  const int64_t me = static_cast<int64_t>(stage_->worker_index()) * local + replica;
+  const std::size_t elem = dtype_size(mine.dtype);
+  StepCounters steps(mine);
+  for (const Pack& pack : update_packs(mine)) {
+    const Device device = mine.params[pack.leaves.front()].device();
+    // Shard-major: every replica's slices of the pack's variables, one replica after the other,
+    // so that a reduce-scatter hands each replica its slices and an all-gather restores them.
+    std::vector<int64_t> split(static_cast<std::size_t>(num), 0);
+    for (int64_t q = 0; q < num; ++q)
+      for (std::size_t v : pack.leaves) split[static_cast<std::size_t>(q)] += balanced_piece(mine.params[v].numel, num, q).count;
+    auto shard_major = [&](const std::vector<UntypedTensor>& whole, int64_t only) {
+      // One replica's slices (`only` >= 0) or every replica's, packed from `whole`.
+      UntypedTensor out = make_untyped(mine.dtype, {only >= 0 ? split[static_cast<std::size_t>(only)] : pack.numel},
+                                       device);
+      int64_t offset = 0;
+      for (int64_t q = 0; q < num; ++q) {
+        if (only >= 0 && q != only) continue;
+        for (std::size_t v : pack.leaves) {
+          const auto piece = balanced_piece(mine.params[v].numel, num, q);
+          if (piece.count)
+            copy_between(at(out, offset, elem), device, at(whole[v], piece.begin, elem), whole[v].device(),
+                         static_cast<std::size_t>(piece.count) * elem);
+          offset += piece.count;
+        }
+      }
+      return out;
+    };
+    // This replica's slices of the summed gradients (or of its own, already reduced).
+    UntypedTensor grads;
+    if (mine.aggregate) {
+      const std::vector<UntypedTensor> in{shard_major(mine.grads, -1)};
+      const std::vector<UntypedTensor> out{make_untyped(mine.dtype, {split[static_cast<std::size_t>(me)]}, device)};
+      const CollectiveStep::Buffers post{&in, &out, nullptr, ReduceOp::SUM, 0, 0, mine.communication.compression, &split};
+      reduce_scatter(CollectiveKind::reduce_scatter, replica, post, deadline);
+      grads = out[0];
+    } else {
+      grads = shard_major(mine.grads, me);
+    }
+    // Update this replica's slices of the parameters, with its slices of the slots.
+    std::vector<UpdateSegment> segments;
+    int64_t offset = 0;
+    for (std::size_t v : pack.leaves) {
+      const auto piece = balanced_piece(mine.params[v].numel, num, me);
+      if (piece.count) {
+        UpdateSegment seg;
+        seg.param = at(mine.params[v], piece.begin, elem);
+        seg.grad = at(grads, offset, elem);
+        seg.count = piece.count;
+        for (int k = 0; k < 2; ++k) seg.slot[k] = mine.slots[v][k].storage ? mine.slots[v][k].data() : nullptr;
+        segments.push_back(seg);
+      }
+      offset += piece.count;
+    }
+    backend_for(device).apply_optimizer(mine.dtype, mine.update, segments.data(), static_cast<int>(segments.size()),
+                                        steps.on(device), nullptr);
+    // Every replica's updated slices into every copy.
+    const UntypedTensor gathered = all_gather(replica, shard_major(mine.params, me), 0, deadline)[0];
+    offset = 0;
+    for (int64_t q = 0; q < num; ++q) {
+      for (std::size_t v : pack.leaves) {
+        const auto piece = balanced_piece(mine.params[v].numel, num, q);
+        if (piece.count && q != me)
+          copy_between(at(mine.params[v], piece.begin, elem), device, at(gathered, offset, elem), device,
+                       static_cast<std::size_t>(piece.count) * elem);
+        offset += piece.count;
+      }
+    }
+  }
+  steps.write();
+}
+
+}  // namespace mirrored::detail
