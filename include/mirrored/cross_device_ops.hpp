@@ -36,6 +36,13 @@ class CrossDeviceOps {
   virtual void reduce(ReduceOp op, const std::vector<detail::UntypedTensor>& per_replica,
                       const detail::UntypedTensor& out);
 
+  /// Cross-replica context, on `parts` threads at once (the strategy's idle replica threads, for
+  /// a large reduction): part `part` of `reduce(op, per_replica, out)`, so that together they
+  /// make the same result. The default does the whole `reduce` in part 0 and nothing in the
+  /// others; a backend that can split the work overrides it.
+  virtual void reduce_part(ReduceOp op, const std::vector<detail::UntypedTensor>& per_replica,
+                           const detail::UntypedTensor& out, int part, int parts);
+
   /// Replica context, called by every replica thread: fills every replica's `outputs[i]` with
   /// the reduction of all replicas' `inputs[i]` (validated equal in dtype and shape). Returns once
   /// this replica's outputs are final.
@@ -114,6 +121,9 @@ class InProcessAllReduce : public CrossDeviceOps {
   bool reduces_in_place() const noexcept override { return true; }
   void reduce(ReduceOp op, const std::vector<detail::UntypedTensor>& per_replica,
               const detail::UntypedTensor& out) override;
+  /// Host memory: each part sums its cache-line-aligned share of the elements.
+  void reduce_part(ReduceOp op, const std::vector<detail::UntypedTensor>& per_replica, const detail::UntypedTensor& out,
+                   int part, int parts) override;
   void all_reduce(ReduceOp op, CollectiveStep& step) override;
   void all_gather(int axis, CollectiveStep& step) override;
   /// True when every replica's tensors are host memory: replica r sums its BALANCED slice of each

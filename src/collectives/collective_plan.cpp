@@ -381,7 +381,7 @@ std::vector<UntypedTensor> CollectivePlan::reduce_packed(WorkerStage& stage, Red
     if (pack.size() == 1) {
       const std::size_t i = pack[0];
       out[i] = make_untyped(values[i][0].dtype, values[i][0].shape, home);
-      local_->reduce(local_op, values[i], out[i]);
+      reduce_locally(local_op, values[i], out[i]);
       sums.push_back(out[i]);
       continue;
     }
@@ -400,7 +400,7 @@ std::vector<UntypedTensor> CollectivePlan::reduce_packed(WorkerStage& stage, Red
       }
     }
     sums.push_back(make_untyped(dtype, {total}, home));
-    local_->reduce(local_op, packed, sums.back());
+    reduce_locally(local_op, packed, sums.back());
   }
   // Counts are per leaf and leaves along an axis are packed one each, so they line up with sums.
   stage.sum(sums, counts, deadline);
@@ -421,6 +421,15 @@ std::vector<UntypedTensor> CollectivePlan::reduce_packed(WorkerStage& stage, Red
     }
   }
   return out;
+}
+
+void CollectivePlan::reduce_locally(ReduceOp op, const std::vector<UntypedTensor>& parts, const UntypedTensor& out) {
+  // Below this the hand-out to the replica threads (a few microseconds) costs more than it saves.
+  constexpr std::size_t kParallelMinBytes = std::size_t{1} << 20;
+  if (out.bytes() >= kParallelMinBytes && parallel_ &&
+      parallel_([&](int part, int num_parts) { local_->reduce_part(op, parts, out, part, num_parts); }))
+    return;
+  local_->reduce(op, parts, out);
 }
 
 UntypedTensor CollectivePlan::gather(const std::vector<UntypedTensor>& parts, int axis, const Deadline& deadline) {

@@ -64,6 +64,14 @@ class CollectivePlan {
   /// The cross-worker stage of a multi-worker strategy (before any collective).
   void set_stage(std::shared_ptr<WorkerStage> stage);
 
+  /// Part `part` of `parts` of a piece of work.
+  using PartFn = std::function<void(int part, int parts)>;
+  /// Runs `fn` on idle threads (the replicas' pool), every part at once, and returns true (an
+  /// exception of a part is rethrown); or returns false, having run nothing, when there are none
+  /// idle now. The runtime sets it; without it everything runs on the calling thread.
+  using Parallel = std::function<bool(const PartFn& fn)>;
+  void set_parallel(Parallel parallel) { parallel_ = std::move(parallel); }
+
   /// An asynchronous all-reduce may write its outputs over its inputs.
   bool reduces_in_place() const noexcept { return stage_->reduces_in_place(*local_); }
   /// One replica and no other worker: a collective has nobody to wait for.
@@ -133,6 +141,9 @@ class CollectivePlan {
                                            std::vector<int64_t> counts, const Deadline& deadline);
   template <class F>
   auto failing_job_on_error(F body) -> decltype(body());
+  // The local replicas' `parts` reduced into `out` by the local ops: split over idle threads when
+  // large (CrossDeviceOps::reduce_part), else on the calling thread.
+  void reduce_locally(ReduceOp op, const std::vector<UntypedTensor>& parts, const UntypedTensor& out);
   // A sharded optimizer step after the agreement: reduce-scatter, update of this replica's
   // slices, all-gather, pack by pack.
   void apply_sharded(int replica, OptimizerStep& mine, const Deadline& deadline);
@@ -140,6 +151,7 @@ class CollectivePlan {
   CollectiveGroup& group_;
   std::shared_ptr<CrossDeviceOps> local_;
   std::shared_ptr<WorkerStage> stage_;
+  Parallel parallel_;
 };
 
 }  // namespace mirrored::detail

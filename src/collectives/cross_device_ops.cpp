@@ -41,6 +41,10 @@ void CrossDeviceOps::unsupported(const char* op) const { throw UnimplementedErro
 void CrossDeviceOps::reduce(ReduceOp, const std::vector<detail::UntypedTensor>&, const detail::UntypedTensor&) {
   unsupported("reduce");
 }
+void CrossDeviceOps::reduce_part(ReduceOp op, const std::vector<detail::UntypedTensor>& per_replica,
+                                 const detail::UntypedTensor& out, int part, int /*parts*/) {
+  if (part == 0) reduce(op, per_replica, out);
+}
 void CrossDeviceOps::all_reduce(ReduceOp, CollectiveStep&) { unsupported("all_reduce"); }
 void CrossDeviceOps::all_gather(int, CollectiveStep&) { unsupported("all_gather"); }
 

@@ -90,6 +90,33 @@ void Strategy::start_replica_threads() {
   for (std::size_t r = 0; r < devices_.size(); ++r)
     names.push_back(str_cat("replica ", r, " (", devices_[r].short_name(), ")"));
   rt_->pool = std::make_unique<detail::ReplicaPool>(static_cast<int>(devices_.size()), std::move(names));
+  // Large cross-replica reductions split over the replica threads, which are idle outside a run
+  // (one core's memory bandwidth is a fraction of the machine's). Inside a run (merge_fn, on a
+  // replica thread) or beside another thread's run the lock is taken: the caller's thread does it
+  // alone.
+  rt_->plan.set_parallel([rt = rt_.get()](const detail::CollectivePlan::PartFn& fn) {
+    std::unique_lock lock(rt->run_mu, std::try_to_lock);
+    if (!lock.owns_lock()) return false;
+    struct Call {
+      const detail::CollectivePlan::PartFn* fn;
+      int parts;
+      std::mutex mu;
+      std::exception_ptr error;
+    } call{&fn, rt->pool->size(), {}, nullptr};
+    rt->pool->execute(
+        [](void* c, int part) noexcept {
+          auto* call = static_cast<Call*>(c);
+          try {
+            (*call->fn)(part, call->parts);
+          } catch (...) {
+            std::lock_guard error_lock(call->mu);
+            if (!call->error) call->error = std::current_exception();
+          }
+        },
+        &call);
+    if (call.error) std::rethrow_exception(call.error);
+    return true;
+  });
 }
 
 void Strategy::attach_workers(std::shared_ptr<detail::WorkerStage> stage) {

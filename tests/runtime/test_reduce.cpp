@@ -48,6 +48,33 @@ TEST_P(ReduceTest, TensorsAcrossReplicasLandOnTheHost) {
   EXPECT_EQ(mean.to_vector()[2], 4.0f);
 }
 
+// A reduction of more than 1 MiB is split over the idle replica threads: the same sums, exact,
+// for an odd size; inside merge_fn (a run holds the replica threads) the caller does it alone.
+TEST_P(ReduceTest, LargeReductionsAreExactWhetherSplitOrNot) {
+  MirroredStrategy s(cpus(n()));
+  constexpr int64_t kCount = (int64_t{1} << 20) / 4 * 3 + 37;  // about 3 MiB of floats
+  auto v = per_replica(s, [](int r) {
+    Tensor<float> t = Tensor<float>::empty({kCount});
+    for (int64_t i = 0; i < kCount; ++i) t.data()[i] = float((i % 977) + 2 * r);
+    return t;
+  });
+  auto check = [&](const Tensor<float>& sum, const Tensor<float>& mean) {
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < kCount; ++i) {
+      const float want = float(n() * (i % 977) + 2 * id_sum());
+      wrong += sum.data()[i] != want || mean.data()[i] != want / float(n());
+    }
+    return wrong;
+  };
+  EXPECT_EQ(check(s.reduce(ReduceOp::SUM, v, std::nullopt), s.reduce(ReduceOp::MEAN, v, std::nullopt)), 0);
+  auto inside = s.run([&] {
+    return get_replica_context()->merge_call([&](Strategy& st) {
+      return check(st.reduce(ReduceOp::SUM, v, std::nullopt), st.reduce(ReduceOp::MEAN, v, std::nullopt));
+    });
+  });
+  for (int r = 0; r < n(); ++r) EXPECT_EQ(inside[r], 0) << "replica " << r;
+}
+
 TEST_P(ReduceTest, AlongAxisZeroWithUnevenAndEmptyBatches) {
   MirroredStrategy s(cpus(n()));
   // Replica r holds r rows (replica 0 holds an empty batch) of [r, 10].

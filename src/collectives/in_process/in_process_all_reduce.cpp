@@ -21,6 +21,28 @@ void InProcessAllReduce::reduce(ReduceOp op, const std::vector<detail::UntypedTe
   detail::sum_parts_on(parts, out, out.device(), op == ReduceOp::MEAN ? static_cast<int64_t>(per_replica.size()) : 0);
 }
 
+void InProcessAllReduce::reduce_part(ReduceOp op, const std::vector<detail::UntypedTensor>& per_replica,
+                                     const detail::UntypedTensor& out, int part, int parts) {
+  bool host = out.device().is_host();
+  for (const auto& t : per_replica) host = host && t.device().is_host();
+  if (!host) {
+    CrossDeviceOps::reduce_part(op, per_replica, out, part, parts);
+    return;
+  }
+  // Whole cache lines per part, so that parts never write the same line.
+  const std::size_t elem = dtype_size(out.dtype);
+  const int64_t align = static_cast<int64_t>(64 / elem);
+  const int64_t per = ((out.numel + parts - 1) / parts + align - 1) / align * align;
+  const int64_t begin = std::min(out.numel, per * part);
+  const int64_t end = std::min(out.numel, begin + per);
+  if (begin == end) return;
+  std::vector<const void*> ptrs;
+  for (const auto& t : per_replica) ptrs.push_back(static_cast<const unsigned char*>(t.data()) + begin * elem);
+  detail::backend_for(cpu0).sum_n_mean(out.dtype, ptrs.data(), static_cast<int>(ptrs.size()),
+                                       static_cast<unsigned char*>(out.data()) + begin * elem, end - begin,
+                                       op == ReduceOp::MEAN ? static_cast<int64_t>(per_replica.size()) : 0);
+}
+
 using detail::in_process::kBlockBytes;
 using detail::in_process::kStreamMinBytes;
 
