@@ -258,6 +258,68 @@ void check_collectives(MultiWorkerMirroredStrategy& s) {
   for (const auto& c : mean[0].values())
     CHECK(c.to_vector() == std::vector<float>(2, sum_g1 / static_cast<float>(N)), c.to_vector()[0]);
 
+  // reduce_scatter spans the workers: global replica g gets its BALANCED rows of the sum of every
+  // replica of every worker (synchronous and asynchronous alike).
+  const int64_t rows = 2 * N + 1;
+  auto scattered = s.run([&] {
+    ReplicaContext* ctx = get_replica_context();
+    const int g = ctx->replica_id_in_sync_group();
+    std::vector<float> v;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < 2; ++j) v.push_back(static_cast<float>(10 * i + j + g));
+    const auto x = Tensor<float>::from_vector(v, {rows, 2});
+    auto pending = ctx->reduce_scatter_async(ReduceOp::MEAN, x);
+    const auto sum = ctx->reduce_scatter(ReduceOp::SUM, x);
+    return std::make_tuple(sum.shape(), sum.to_vector(), pending.wait().to_vector());
+  });
+  for (int r = 0; r < R; ++r) {
+    const auto piece = detail::balanced_piece(rows, N, rank * R + r);
+    const auto& [shape, sum, mean] = scattered[r];
+    CHECK(shape == (Shape{piece.count, 2}), detail::format_shape(shape));
+    for (int64_t i = 0; i < piece.count; ++i) {
+      for (int64_t j = 0; j < 2; ++j) {
+        const float want = static_cast<float>(N * (10 * (piece.begin + i) + j) + N * (N - 1) / 2);
+        CHECK(sum[static_cast<std::size_t>(2 * i + j)] == want, sum[static_cast<std::size_t>(2 * i + j)]);
+        CHECK(mean[static_cast<std::size_t>(2 * i + j)] == want / static_cast<float>(N), "mean");
+      }
+    }
+  }
+
+  // Sharded optimizer state spans the workers: each replica of each worker keeps its slice of the
+  // slots, and the weights and slots keep the bits of the unsharded optimizer. The gradients are
+  // integer-valued: across three workers or more the ring adds the workers' sums in an order that
+  // depends on where an element lies in the message, which differs between the two layouts.
+  std::vector<Variable<float>> plain_vars, sharded_vars;
+  {
+    auto scope = s.scope();
+    for (const Shape& shape : {Shape{5}, Shape{3, 3}}) {
+      plain_vars.emplace_back(Tensor<float>::full(shape, 0.5f));
+      sharded_vars.emplace_back(Tensor<float>::full(shape, 0.5f));
+    }
+  }
+  optimizers::Adam<float> plain_adam({.learning_rate = 0.1});
+  optimizers::Adam<float> sharded_adam({.learning_rate = 0.1, .shard_optimizer_state = true});
+  for (int step = 0; step < 3; ++step) {
+    s.run([&] {
+      const int g = get_replica_context()->replica_id_in_sync_group();
+      for (auto* set : {&plain_vars, &sharded_vars}) {
+        optimizers::GradsAndVars<float> gv;
+        for (const auto& v : *set) gv.emplace_back(Tensor<float>::full(v.shape(), static_cast<float>((g + 1) * (step + 1))), v);
+        (set == &plain_vars ? static_cast<optimizers::Optimizer<float>&>(plain_adam) : sharded_adam).apply_gradients(gv);
+      }
+    });
+  }
+  for (std::size_t k = 0; k < plain_vars.size(); ++k) {
+    for (int r = 0; r < R; ++r)
+      CHECK(plain_vars[k].components()[r].to_vector() == sharded_vars[k].components()[r].to_vector(), "weights ", k);
+    for (const char* slot : {"m", "v"}) {
+      const Variable<float> sharded_slot = sharded_adam.get_slot(sharded_vars[k], slot);
+      CHECK(sharded_slot.is_sharded(), slot);
+      CHECK(sharded_slot.value().to_vector() == plain_adam.get_slot(plain_vars[k], slot).value().to_vector(), slot);
+    }
+  }
+  CHECK(sharded_adam.state_bytes_per_replica()[0] < plain_adam.state_bytes_per_replica()[0], "state bytes");
+
   // The input pipeline: DATA sharding gives each worker its replicas' slices of every batch.
   const auto ds = data::Dataset<>::range(4 * N).batch(2 * N);
   int64_t local_sum = 0, local_count = 0;
