@@ -165,22 +165,6 @@ TEST_P(ShardedOptimizer, WeightsAndSlotsAreBitwiseThoseOfTheUnshardedOptimizer) 
   }
 }
 
-// The fused pass (in process) and the generic one (reduce-scatter or all-reduce, then the
-// update) give the same bits, and so does skipping the aggregation after an all-reduce of one's own.
-TEST_P(ShardedOptimizer, EveryPathGivesTheSameBits) {
-  if (ops() != Ops::InProcess) GTEST_SKIP() << "compares against the InProcess run";
-  const int steps = testing::kSanitized ? 10 : 50;
-  const Result fused = train(kind(), false, n(), Ops::InProcess, steps);
-  for (const bool sharded : {false, true}) {
-    const Result generic = train(kind(), sharded, n(), Ops::ToOneDevice, steps);
-    EXPECT_TRUE(same_bits(fused.weights, generic.weights)) << "sharded " << sharded;
-    EXPECT_TRUE(same_bits(fused.slots, generic.slots)) << "sharded " << sharded;
-    const Result skipped = train(kind(), sharded, n(), Ops::InProcess, steps, true);
-    EXPECT_TRUE(same_bits(fused.weights, skipped.weights)) << "skip_gradients_aggregation, sharded " << sharded;
-    EXPECT_TRUE(same_bits(fused.slots, skipped.slots)) << "skip_gradients_aggregation, sharded " << sharded;
-  }
-}
-
 INSTANTIATE_TEST_SUITE_P(
     Optimizers, ShardedOptimizer,
     ::testing::Combine(::testing::Values(Kind::sgd, Kind::momentum, Kind::nesterov, Kind::adam, Kind::adamw),
@@ -189,6 +173,33 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(kind_name(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param)) +
              "replicas_" + (std::get<2>(info.param) == Ops::InProcess ? "InProcess" : "ToOneDevice");
     });
+
+// The fused pass (in process) and the generic one (reduce-scatter or all-reduce, then the
+// update) give the same bits, and so does skipping the aggregation after an all-reduce of one's own.
+class OptimizerPaths : public ::testing::TestWithParam<std::tuple<Kind, int>> {};
+
+TEST_P(OptimizerPaths, EveryPathGivesTheSameBits) {
+  const auto [kind, n] = GetParam();
+  const int steps = testing::kSanitized ? 10 : 50;
+  const Result fused = train(kind, false, n, Ops::InProcess, steps);
+  for (const bool sharded : {false, true}) {
+    const Result generic = train(kind, sharded, n, Ops::ToOneDevice, steps);
+    EXPECT_TRUE(same_bits(fused.weights, generic.weights)) << "sharded " << sharded;
+    EXPECT_TRUE(same_bits(fused.slots, generic.slots)) << "sharded " << sharded;
+    const Result skipped = train(kind, sharded, n, Ops::InProcess, steps, true);
+    EXPECT_TRUE(same_bits(fused.weights, skipped.weights)) << "skip_gradients_aggregation, sharded " << sharded;
+    EXPECT_TRUE(same_bits(fused.slots, skipped.slots)) << "skip_gradients_aggregation, sharded " << sharded;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, OptimizerPaths,
+                         ::testing::Combine(::testing::Values(Kind::sgd, Kind::momentum, Kind::nesterov, Kind::adam,
+                                                              Kind::adamw),
+                                            ::testing::Values(1, 2, 3, 4, 8)),
+                         [](const auto& info) {
+                           return std::string(kind_name(std::get<0>(info.param))) + "_" +
+                                  std::to_string(std::get<1>(info.param)) + "replicas";
+                         });
 
 // Adam on 4 replicas: each holds the BALANCED slice of m and v (and the 8-byte step counter).
 TEST(ShardedOptimizerState, EachReplicaHoldsItsSliceOfEverySlot) {
