@@ -25,6 +25,13 @@
 //                         on first use.
 //                         anchor: cudaMemcpyAsync of the 64 MiB from pinned memory + sync, per step.
 //                         ratio = anchor_ms / step_ms (target >= 0.9).
+//   BM_AdamStep           Adam::apply_gradients on {GPU:0, GPU:1} of 25 MB of gradients in 100
+//                         tensors, unsharded and with shard_optimizer_state (reduce-scatter, the
+//                         fused kernel on the slice, all-gather), then both streams synchronised.
+//                         anchor: one all-reduce (SUM) of a 25 MB tensor per replica, synchronised.
+//                         update_share = (step - anchor) / step: what the update adds to the
+//                         gradients' reduction (issue 26: <= 10 % where the interconnect bounds the
+//                         reduction); state_ratio: optimizer state per replica, sharded / unsharded.
 //   BM_EmptyRun           strategy.run of an empty function on {GPU:0, GPU:1}: run_us per call.
 //
 // Built only in CUDA builds; without a GPU it prints why and exits 0.
@@ -43,6 +50,7 @@
 #include <vector>
 
 #include <mirrored/cuda.hpp>
+#include <mirrored/optimizers.hpp>
 
 namespace {
 
@@ -228,6 +236,69 @@ void BM_PrefetchToDevice(benchmark::State& state) {
   cudaFreeHost(pinned);
 }
 
+void BM_AdamStep(benchmark::State& state) {
+  constexpr int kTensors = 100;
+  constexpr int64_t kFloats = 25'000'000 / 4 / kTensors;
+  MirroredStrategy& s = two_logical();
+  auto make_vars = [&] {
+    std::vector<mirrored::Variable<float>> vars;
+    auto scope = s.scope();
+    for (int i = 0; i < kTensors; ++i) vars.emplace_back(Tensor<float>::zeros({kFloats}));
+    return vars;
+  };
+  const auto plain_vars = make_vars(), sharded_vars = make_vars();
+  std::vector<std::vector<Tensor<float>>> grads(2);
+  std::vector<Tensor<float>> whole;
+  for (int r = 0; r < 2; ++r) {
+    const Device d(DeviceType::GPU, r);
+    for (int i = 0; i < kTensors; ++i) grads[r].push_back(Tensor<float>::full({kFloats}, 1e-3f, d));
+    whole.push_back(Tensor<float>::full({kFloats * kTensors}, 1e-3f, d));
+  }
+  mirrored::optimizers::Adam<float> plain({.learning_rate = 1e-3});
+  mirrored::optimizers::Adam<float> sharded({.learning_rate = 1e-3, .shard_optimizer_state = true});
+  auto step = [&](mirrored::optimizers::Adam<float>& opt, const std::vector<mirrored::Variable<float>>& vars) {
+    s.run([&] {
+      const int r = mirrored::get_replica_context()->replica_id_in_sync_group();
+      mirrored::optimizers::GradsAndVars<float> gv;
+      for (int i = 0; i < kTensors; ++i) gv.emplace_back(grads[r][i], vars[i]);
+      opt.apply_gradients(gv);
+    });
+    sync_both();
+  };
+  auto anchor = [&] {
+    s.run([&] {
+      const int r = mirrored::get_replica_context()->replica_id_in_sync_group();
+      (void)mirrored::get_replica_context()->all_reduce(ReduceOp::SUM, whole[r]);
+    });
+    sync_both();
+  };
+  step(plain, plain_vars);  // warm: slots, caches, kernels
+  step(sharded, sharded_vars);
+  anchor();
+  double plain_ms = 0, sharded_ms = 0, anchor_ms = 0;
+  for (auto _ : state) {
+    auto t = Clock::now();
+    anchor();
+    anchor_ms += ms_since(t);
+    t = Clock::now();
+    step(plain, plain_vars);
+    const double a = ms_since(t);
+    plain_ms += a;
+    t = Clock::now();
+    step(sharded, sharded_vars);
+    sharded_ms += ms_since(t);
+    state.SetIterationTime(a / 1e3);
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["anchor_ms"] = anchor_ms / iters;
+  state.counters["adam_ms"] = plain_ms / iters;
+  state.counters["adam_sharded_ms"] = sharded_ms / iters;
+  state.counters["update_share"] = (plain_ms - anchor_ms) / plain_ms;
+  state.counters["update_share_sharded"] = (sharded_ms - anchor_ms) / sharded_ms;
+  state.counters["state_ratio"] = static_cast<double>(sharded.state_bytes_per_replica()[0]) /
+                                  static_cast<double>(plain.state_bytes_per_replica()[0]);
+}
+
 void BM_EmptyRun(benchmark::State& state) {
   MirroredStrategy& s = two_logical();
   s.run([] {});
@@ -246,6 +317,7 @@ void BM_EmptyRun(benchmark::State& state) {
 BENCHMARK(BM_AllReduceSameGpu)->Arg(int64_t{256} << 20)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_HostToDevice)->Arg(int64_t{64} << 20)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_PrefetchToDevice)->Arg(int64_t{64} << 20)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_AdamStep)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_EmptyRun)->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.5);
 
 }  // namespace

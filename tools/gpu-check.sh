@@ -213,6 +213,13 @@ elif mode == "bench":
     if "BM_EmptyRun" in bench:
         print("info\tbenchmark: empty run, 2 logical GPUs\t{} us per run (reported, no target)".format(
             num("BM_EmptyRun", "run_us", ".1f")))
+    if "BM_AdamStep" in bench:
+        print("info\tbenchmark: Adam step, 25 MB in 100 tensors, 2 logical GPUs\tunsharded {} ms, sharded {} ms, "
+              "one all-reduce {} ms; update share {} / {} sharded; state per replica sharded/unsharded {} "
+              "(reported, no target on one chip)".format(
+                  num("BM_AdamStep", "adam_ms", ".2f"), num("BM_AdamStep", "adam_sharded_ms", ".2f"),
+                  num("BM_AdamStep", "anchor_ms", ".2f"), num("BM_AdamStep", "update_share", ".2f"),
+                  num("BM_AdamStep", "update_share_sharded", ".2f"), num("BM_AdamStep", "state_ratio", ".2f")))
 else:
     sys.exit(f"pyhelp: unknown mode {mode}")
 PY
