@@ -15,8 +15,13 @@ namespace {
 // Segments of about this size keep the ring's stages overlapping: while one segment crosses the
 // socket, the previous one is being summed.
 constexpr std::size_t kSegmentBytes = std::size_t{1} << 20;
-// The slot prefix of these messages, apart from those of Gloo's own collectives (0x01-0x08).
+// The slot prefixes of these messages, apart from those of Gloo's own collectives (0x01-0x08).
 constexpr uint8_t kRingSlotPrefix = 0x41;
+constexpr uint8_t kContributionSlotPrefix = 0x42;  // owner_all_reduce: a contribution to an owner
+constexpr uint8_t kResultSlotPrefix = 0x43;        // owner_all_reduce: an owner's result
+// owner_all_reduce's segments: small enough that one segment's areas (3 per peer and 2 of this
+// rank's) stay in cache between encoding, combining and decoding.
+constexpr std::size_t kOwnerSegmentBytes = std::size_t{128} << 10;
 
 // What is left of the deadline, at least 1 ms (Gloo treats 0 as "no timeout"). A wait that ends
 // without its message throws (Gloo's timeout, or an abort).
@@ -25,10 +30,10 @@ std::chrono::milliseconds left(std::chrono::steady_clock::time_point deadline) {
   return std::max(ms, std::chrono::milliseconds(1));
 }
 void wait_recv(gloo::transport::UnboundBuffer& buf, std::chrono::steady_clock::time_point deadline) {
-  if (!buf.waitRecv(nullptr, left(deadline))) throw std::runtime_error("ring all-reduce: a receive was aborted");
+  if (!buf.waitRecv(nullptr, left(deadline))) throw std::runtime_error("Gloo: a receive was aborted");
 }
 void wait_send(gloo::transport::UnboundBuffer& buf, std::chrono::steady_clock::time_point deadline) {
-  if (!buf.waitSend(nullptr, left(deadline))) throw std::runtime_error("ring all-reduce: a send was aborted");
+  if (!buf.waitSend(nullptr, left(deadline))) throw std::runtime_error("Gloo: a send was aborted");
 }
 
 }  // namespace
@@ -142,6 +147,127 @@ void ring_all_reduce(gloo::Context& context, const void* in, void* out, std::siz
   }
   for (; recvs_pending > 0; --recvs_pending) wait_recv(*out_buf, deadline);
   for (; sends_pending_out > 0; --sends_pending_out) wait_send(*out_buf, deadline);
+}
+
+void owner_all_reduce(gloo::Context& context, std::size_t elements, std::size_t wire_size, const WireCodec& codec,
+                      uint32_t tag, std::chrono::steady_clock::time_point deadline,
+                      std::vector<unsigned char>& scratch) {
+  if (elements == 0) return;
+  const int size = context.size;
+  const int rank = context.rank;
+  const auto ranks = static_cast<std::size_t>(size);
+  // Block b (owned by rank b) is `per_block` segments; offsets in whole elements, the last ones
+  // possibly short or empty (every rank computes the same ranges, so it skips the same messages).
+  const std::size_t block_elements = (elements + ranks - 1) / ranks;
+  const std::size_t per_block =
+      std::max<std::size_t>(1, (block_elements * wire_size + kOwnerSegmentBytes - 1) / kOwnerSegmentBytes);
+  const std::size_t segment_elements = (block_elements + per_block - 1) / per_block;
+  auto range = [&](int block, std::size_t segment) {
+    const std::size_t start = static_cast<std::size_t>(block) * block_elements;
+    const std::size_t begin = std::min(elements, start + std::min(block_elements, segment * segment_elements));
+    const std::size_t end = std::min({elements, start + block_elements, begin + segment_elements});
+    return std::pair<std::size_t, std::size_t>{begin, end > begin ? end - begin : 0};
+  };
+
+  // Areas of one segment, two of each (segment k uses area k % 2): per rank w, what this rank
+  // contributes to w's block (w == rank: its own contribution), what w contributed to this rank's
+  // block, and w's result for its block; then this rank's result.
+  enum Area : std::size_t { kMine = 0, kTheirs = 1, kGathered = 2 };
+  const std::size_t segment_bytes = segment_elements * wire_size;
+  const std::size_t scratch_bytes = (3 * ranks + 1) * 2 * segment_bytes;
+  if (scratch.size() < scratch_bytes) scratch.resize(scratch_bytes);
+  auto offset = [&](std::size_t area, int w) {
+    return (area * ranks + static_cast<std::size_t>(w)) * 2 * segment_bytes;
+  };
+  const std::size_t result_offset = 3 * ranks * 2 * segment_bytes;
+  auto area = [&](std::size_t a, int w, std::size_t parity) {
+    return scratch.data() + offset(a, w) + parity * segment_bytes;
+  };
+  unsigned char* const result = scratch.data() + result_offset;
+
+  // One buffer per peer and direction: completions on one buffer then come in the order of its
+  // operations (one peer, one slot), which the counting below relies on.
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> to_owner(ranks), from_peer(ranks), result_to(ranks),
+      result_from(ranks);
+  for (int w = 0; w < size; ++w) {
+    if (w == rank) continue;
+    const auto u = static_cast<std::size_t>(w);
+    to_owner[u] = context.createUnboundBuffer(area(kMine, w, 0), 2 * segment_bytes);
+    from_peer[u] = context.createUnboundBuffer(area(kTheirs, w, 0), 2 * segment_bytes);
+    result_from[u] = context.createUnboundBuffer(area(kGathered, w, 0), 2 * segment_bytes);
+    result_to[u] = context.createUnboundBuffer(result, 2 * segment_bytes);
+  }
+  const uint64_t contribution_slot = gloo::Slot::build(kContributionSlotPrefix, tag);
+  const uint64_t result_slot = gloo::Slot::build(kResultSlotPrefix, tag);
+
+  // Receives of segment k, posted a segment ahead: into areas that segment k - 2 has finished with.
+  auto post_receives = [&](std::size_t k) {
+    const std::size_t parity = k % 2;
+    for (int w = 0; w < size; ++w) {
+      if (w == rank) continue;
+      const auto u = static_cast<std::size_t>(w);
+      if (const std::size_t n = range(rank, k).second; n > 0)
+        from_peer[u]->recv(w, contribution_slot, parity * segment_bytes, n * wire_size);
+      if (const std::size_t n = range(w, k).second; n > 0)
+        result_from[u]->recv(w, result_slot, parity * segment_bytes, n * wire_size);
+    }
+  };
+  // Sends still reading an area of parity p: that area is written again only once they are done.
+  // The oldest send on a buffer completes first, so one wait per send of segment k - 2 suffices.
+  std::vector<char> mine_in_flight(2 * ranks, 0);
+  char result_in_flight[2] = {0, 0};
+  std::vector<const void*> parts(ranks);
+
+  post_receives(0);
+  for (std::size_t k = 0; k < per_block; ++k) {
+    const std::size_t parity = k % 2;
+    if (k + 1 < per_block) post_receives(k + 1);
+    // This rank's contributions to the other blocks leave first, so that their owners can start.
+    for (int i = 1; i < size; ++i) {
+      const int w = (rank + i) % size;
+      const auto u = static_cast<std::size_t>(w);
+      if (mine_in_flight[parity * ranks + u]) wait_send(*to_owner[u], deadline);
+      mine_in_flight[parity * ranks + u] = 0;
+      const auto [first, n] = range(w, k);
+      if (n == 0) continue;
+      codec.encode(area(kMine, w, parity), first, n);
+      to_owner[u]->send(w, contribution_slot, parity * segment_bytes, n * wire_size);
+      mine_in_flight[parity * ranks + u] = 1;
+    }
+    // This rank's block: every contribution, in rank order, combined once and sent to every peer.
+    if (const auto [first, n] = range(rank, k); n > 0) {
+      codec.encode(area(kMine, rank, parity), first, n);
+      for (int w = 0; w < size; ++w) {
+        parts[static_cast<std::size_t>(w)] = area(w == rank ? kMine : kTheirs, w, parity);
+        if (w != rank) wait_recv(*from_peer[static_cast<std::size_t>(w)], deadline);
+      }
+      for (int w = 0; w < size && result_in_flight[parity]; ++w)
+        if (w != rank) wait_send(*result_to[static_cast<std::size_t>(w)], deadline);
+      unsigned char* out = result + parity * segment_bytes;
+      codec.combine(out, parts.data(), n);
+      for (int w = 0; w < size; ++w)
+        if (w != rank)
+          result_to[static_cast<std::size_t>(w)]->send(w, result_slot, parity * segment_bytes, n * wire_size);
+      result_in_flight[parity] = size > 1;
+      codec.decode(first, out, n);
+    }
+    // The other owners' results of this segment.
+    for (int w = 0; w < size; ++w) {
+      if (w == rank) continue;
+      const auto [first, n] = range(w, k);
+      if (n == 0) continue;
+      wait_recv(*result_from[static_cast<std::size_t>(w)], deadline);
+      codec.decode(first, area(kGathered, w, parity), n);
+    }
+  }
+  for (std::size_t parity = 0; parity < 2; ++parity) {
+    for (int w = 0; w < size; ++w) {
+      if (w == rank) continue;
+      const auto u = static_cast<std::size_t>(w);
+      if (mine_in_flight[parity * ranks + u]) wait_send(*to_owner[u], deadline);
+      if (result_in_flight[parity]) wait_send(*result_to[u], deadline);
+    }
+  }
 }
 
 }  // namespace mirrored::detail::cluster
