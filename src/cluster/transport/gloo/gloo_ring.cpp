@@ -19,9 +19,14 @@ constexpr std::size_t kSegmentBytes = std::size_t{1} << 20;
 constexpr uint8_t kRingSlotPrefix = 0x41;
 constexpr uint8_t kContributionSlotPrefix = 0x42;  // owner_all_reduce: a contribution to an owner
 constexpr uint8_t kResultSlotPrefix = 0x43;        // owner_all_reduce: an owner's result
-// owner_all_reduce's segments: small enough that one segment's areas (3 per peer and 2 of this
-// rank's) stay in cache between encoding, combining and decoding.
-constexpr std::size_t kOwnerSegmentBytes = std::size_t{128} << 10;
+// How many copies of each area owner_all_reduce cycles through: a segment's contributions go out
+// one segment ahead, and its results are decoded one segment later.
+constexpr std::size_t kOwnerDepth = 3;
+// Its segments: as large as its scratch budget allows, up to 1 MiB (fewer, larger messages cost
+// less per byte: with 128 KiB ones a 64 MiB all-reduce was clearly slower), at least 64 KiB.
+constexpr std::size_t kOwnerScratchBytes = std::size_t{24} << 20;
+constexpr std::size_t kOwnerMaxSegmentBytes = std::size_t{1} << 20;
+constexpr std::size_t kOwnerMinSegmentBytes = std::size_t{64} << 10;
 
 // What is left of the deadline, at least 1 ms (Gloo treats 0 as "no timeout"). A wait that ends
 // without its message throws (Gloo's timeout, or an abort).
@@ -156,12 +161,15 @@ void owner_all_reduce(gloo::Context& context, std::size_t elements, std::size_t 
   const int size = context.size;
   const int rank = context.rank;
   const auto ranks = static_cast<std::size_t>(size);
-  // Block b (owned by rank b) is `per_block` segments; offsets in whole elements, the last ones
+  // Block b (owned by rank b) is `segments` segments; offsets in whole elements, the last ones
   // possibly short or empty (every rank computes the same ranges, so it skips the same messages).
   const std::size_t block_elements = (elements + ranks - 1) / ranks;
-  const std::size_t per_block =
-      std::max<std::size_t>(1, (block_elements * wire_size + kOwnerSegmentBytes - 1) / kOwnerSegmentBytes);
-  const std::size_t segment_elements = (block_elements + per_block - 1) / per_block;
+  // Every area's copies (3 per peer and 2 of this rank's), within the budget.
+  const std::size_t areas = (3 * ranks + 1) * kOwnerDepth;
+  const std::size_t target =
+      std::clamp(kOwnerScratchBytes / areas / wire_size * wire_size, kOwnerMinSegmentBytes, kOwnerMaxSegmentBytes);
+  const std::size_t segments = std::max<std::size_t>(1, (block_elements * wire_size + target - 1) / target);
+  const std::size_t segment_elements = (block_elements + segments - 1) / segments;
   auto range = [&](int block, std::size_t segment) {
     const std::size_t start = static_cast<std::size_t>(block) * block_elements;
     const std::size_t begin = std::min(elements, start + std::min(block_elements, segment * segment_elements));
@@ -169,21 +177,17 @@ void owner_all_reduce(gloo::Context& context, std::size_t elements, std::size_t 
     return std::pair<std::size_t, std::size_t>{begin, end > begin ? end - begin : 0};
   };
 
-  // Areas of one segment, two of each (segment k uses area k % 2): per rank w, what this rank
-  // contributes to w's block (w == rank: its own contribution), what w contributed to this rank's
-  // block, and w's result for its block; then this rank's result.
-  enum Area : std::size_t { kMine = 0, kTheirs = 1, kGathered = 2 };
+  // Segment k of each kind of area uses copy k % kDepth. Per rank w: what this rank contributes
+  // to w's block (w == rank: its own contribution), what w contributed to this rank's block, w's
+  // result for its block; then this rank's results.
+  enum Area : std::size_t { kMine = 0, kTheirs = 1, kGathered = 2, kResult = 3 };
   const std::size_t segment_bytes = segment_elements * wire_size;
-  const std::size_t scratch_bytes = (3 * ranks + 1) * 2 * segment_bytes;
-  if (scratch.size() < scratch_bytes) scratch.resize(scratch_bytes);
-  auto offset = [&](std::size_t area, int w) {
-    return (area * ranks + static_cast<std::size_t>(w)) * 2 * segment_bytes;
+  const std::size_t copies_bytes = kOwnerDepth * segment_bytes;  // one area, every copy
+  if (scratch.size() < areas * segment_bytes) scratch.resize(areas * segment_bytes);
+  auto area = [&](Area a, int w) {
+    return scratch.data() + (a == kResult ? 3 * ranks : a * ranks + static_cast<std::size_t>(w)) * copies_bytes;
   };
-  const std::size_t result_offset = 3 * ranks * 2 * segment_bytes;
-  auto area = [&](std::size_t a, int w, std::size_t parity) {
-    return scratch.data() + offset(a, w) + parity * segment_bytes;
-  };
-  unsigned char* const result = scratch.data() + result_offset;
+  auto copy = [&](std::size_t k) { return (k % kOwnerDepth) * segment_bytes; };
 
   // One buffer per peer and direction: completions on one buffer then come in the order of its
   // operations (one peer, one slot), which the counting below relies on.
@@ -192,82 +196,77 @@ void owner_all_reduce(gloo::Context& context, std::size_t elements, std::size_t 
   for (int w = 0; w < size; ++w) {
     if (w == rank) continue;
     const auto u = static_cast<std::size_t>(w);
-    to_owner[u] = context.createUnboundBuffer(area(kMine, w, 0), 2 * segment_bytes);
-    from_peer[u] = context.createUnboundBuffer(area(kTheirs, w, 0), 2 * segment_bytes);
-    result_from[u] = context.createUnboundBuffer(area(kGathered, w, 0), 2 * segment_bytes);
-    result_to[u] = context.createUnboundBuffer(result, 2 * segment_bytes);
+    to_owner[u] = context.createUnboundBuffer(area(kMine, w), copies_bytes);
+    from_peer[u] = context.createUnboundBuffer(area(kTheirs, w), copies_bytes);
+    result_from[u] = context.createUnboundBuffer(area(kGathered, w), copies_bytes);
+    result_to[u] = context.createUnboundBuffer(area(kResult, 0), copies_bytes);
   }
   const uint64_t contribution_slot = gloo::Slot::build(kContributionSlotPrefix, tag);
   const uint64_t result_slot = gloo::Slot::build(kResultSlotPrefix, tag);
-
-  // Receives of segment k, posted a segment ahead: into areas that segment k - 2 has finished with.
-  auto post_receives = [&](std::size_t k) {
-    const std::size_t parity = k % 2;
-    for (int w = 0; w < size; ++w) {
-      if (w == rank) continue;
-      const auto u = static_cast<std::size_t>(w);
-      if (const std::size_t n = range(rank, k).second; n > 0)
-        from_peer[u]->recv(w, contribution_slot, parity * segment_bytes, n * wire_size);
-      if (const std::size_t n = range(w, k).second; n > 0)
-        result_from[u]->recv(w, result_slot, parity * segment_bytes, n * wire_size);
-    }
+  // Sends that may still read a copy: it is written again only once they are done. The oldest
+  // send on a buffer completes first, so waiting for one per earlier send is enough.
+  std::vector<std::size_t> sends(ranks, 0), result_sends(ranks, 0);  // in flight, per peer
+  auto wait_sends = [&](std::vector<std::size_t>& pending,
+                        std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>>& bufs, std::size_t keep) {
+    for (std::size_t u = 0; u < ranks; ++u)
+      for (; pending[u] > keep; --pending[u]) wait_send(*bufs[u], deadline);
   };
-  // Sends still reading an area of parity p: that area is written again only once they are done.
-  // The oldest send on a buffer completes first, so one wait per send of segment k - 2 suffices.
-  std::vector<char> mine_in_flight(2 * ranks, 0);
-  char result_in_flight[2] = {0, 0};
-  std::vector<const void*> parts(ranks);
 
-  post_receives(0);
-  for (std::size_t k = 0; k < per_block; ++k) {
-    const std::size_t parity = k % 2;
-    if (k + 1 < per_block) post_receives(k + 1);
-    // This rank's contributions to the other blocks leave first, so that their owners can start.
+  // Segment k: its receives are posted, and this rank's contributions to the other blocks sent,
+  // one segment ahead, so that an owner finds every contribution there when it gets to k.
+  auto start_segment = [&](std::size_t k) {
+    wait_sends(sends, to_owner, kOwnerDepth - 1);
     for (int i = 1; i < size; ++i) {
       const int w = (rank + i) % size;
       const auto u = static_cast<std::size_t>(w);
-      if (mine_in_flight[parity * ranks + u]) wait_send(*to_owner[u], deadline);
-      mine_in_flight[parity * ranks + u] = 0;
+      if (const std::size_t n = range(rank, k).second; n > 0)
+        from_peer[u]->recv(w, contribution_slot, copy(k), n * wire_size);
+      if (const std::size_t n = range(w, k).second; n > 0) result_from[u]->recv(w, result_slot, copy(k), n * wire_size);
       const auto [first, n] = range(w, k);
       if (n == 0) continue;
-      codec.encode(area(kMine, w, parity), first, n);
-      to_owner[u]->send(w, contribution_slot, parity * segment_bytes, n * wire_size);
-      mine_in_flight[parity * ranks + u] = 1;
+      codec.encode(area(kMine, w) + copy(k), first, n);
+      to_owner[u]->send(w, contribution_slot, copy(k), n * wire_size);
+      ++sends[u];
     }
-    // This rank's block: every contribution, in rank order, combined once and sent to every peer.
-    if (const auto [first, n] = range(rank, k); n > 0) {
-      codec.encode(area(kMine, rank, parity), first, n);
-      for (int w = 0; w < size; ++w) {
-        parts[static_cast<std::size_t>(w)] = area(w == rank ? kMine : kTheirs, w, parity);
-        if (w != rank) wait_recv(*from_peer[static_cast<std::size_t>(w)], deadline);
-      }
-      for (int w = 0; w < size && result_in_flight[parity]; ++w)
-        if (w != rank) wait_send(*result_to[static_cast<std::size_t>(w)], deadline);
-      unsigned char* out = result + parity * segment_bytes;
-      codec.combine(out, parts.data(), n);
-      for (int w = 0; w < size; ++w)
-        if (w != rank)
-          result_to[static_cast<std::size_t>(w)]->send(w, result_slot, parity * segment_bytes, n * wire_size);
-      result_in_flight[parity] = size > 1;
-      codec.decode(first, out, n);
-    }
-    // The other owners' results of this segment.
+  };
+  // The other owners' results of segment k.
+  auto finish_segment = [&](std::size_t k) {
     for (int w = 0; w < size; ++w) {
       if (w == rank) continue;
       const auto [first, n] = range(w, k);
       if (n == 0) continue;
       wait_recv(*result_from[static_cast<std::size_t>(w)], deadline);
-      codec.decode(first, area(kGathered, w, parity), n);
+      codec.decode(first, area(kGathered, w) + copy(k), n);
     }
-  }
-  for (std::size_t parity = 0; parity < 2; ++parity) {
-    for (int w = 0; w < size; ++w) {
-      if (w == rank) continue;
-      const auto u = static_cast<std::size_t>(w);
-      if (mine_in_flight[parity * ranks + u]) wait_send(*to_owner[u], deadline);
-      if (result_in_flight[parity]) wait_send(*result_to[u], deadline);
+  };
+
+  std::vector<const void*> parts(ranks);
+  start_segment(0);
+  for (std::size_t k = 0; k < segments; ++k) {
+    if (k + 1 < segments) start_segment(k + 1);
+    // This rank's block: every contribution, in rank order, combined once and sent to every peer.
+    if (const auto [first, n] = range(rank, k); n > 0) {
+      codec.encode(area(kMine, rank) + copy(k), first, n);
+      for (int w = 0; w < size; ++w) {
+        parts[static_cast<std::size_t>(w)] = area(w == rank ? kMine : kTheirs, w) + copy(k);
+        if (w != rank) wait_recv(*from_peer[static_cast<std::size_t>(w)], deadline);
+      }
+      wait_sends(result_sends, result_to, kOwnerDepth - 1);
+      unsigned char* out = area(kResult, 0) + copy(k);
+      codec.combine(out, parts.data(), n);
+      for (int w = 0; w < size; ++w) {
+        if (w == rank) continue;
+        result_to[static_cast<std::size_t>(w)]->send(w, result_slot, copy(k), n * wire_size);
+        ++result_sends[static_cast<std::size_t>(w)];
+      }
+      codec.decode(first, out, n);
     }
+    // The results of the segment before, which had a segment's time to arrive.
+    if (k > 0) finish_segment(k - 1);
   }
+  finish_segment(segments - 1);
+  wait_sends(sends, to_owner, 0);
+  wait_sends(result_sends, result_to, 0);
 }
 
 }  // namespace mirrored::detail::cluster

@@ -44,10 +44,11 @@ struct WireCodec {
 /// so half-precision partial sums would be rounded at every hop, in an order that depends on the
 /// block (or cross as floats: twice the bytes). Here each contribution is encoded once, only wire
 /// elements cross, each rank sends and receives (size - 1) / size of the buffer twice, as in the
-/// ring, and every rank decodes the same bits. The blocks go in segments of about 128 KiB, two in
-/// flight, so encoding, combining and decoding overlap the transfers. Encoding reads an element
-/// before its result is decoded, so `encode` may read what `decode` writes. `scratch`, `tag`,
-/// `deadline` and the exceptions as for ring_all_reduce.
+/// ring, and every rank decodes the same bits. The blocks go in segments (up to 1 MiB, with at
+/// most 24 MiB of scratch), each segment's contributions sent one segment ahead and its results
+/// decoded one segment later, so that encoding, combining and decoding overlap the transfers.
+/// Encoding reads an element before its result is decoded, so `encode` may read what `decode`
+/// writes. `scratch`, `tag`, `deadline` and the exceptions as for ring_all_reduce.
 void owner_all_reduce(gloo::Context& context, std::size_t elements, std::size_t wire_size, const WireCodec& codec,
                       uint32_t tag, std::chrono::steady_clock::time_point deadline,
                       std::vector<unsigned char>& scratch);
