@@ -12,15 +12,22 @@ enum class CommunicationImplementation { AUTO, RING, NCCL };
 
 /// How float values cross between workers (beyond TF; PyTorch DDP's `fp16_compress_hook`,
 /// Horovod's `Compression.fp16`). Only the bytes that cross workers (TCP, shared memory) are
-/// compressed, which halves them for float32: each worker's contribution (its replicas' local sum)
-/// is rounded once to the half type (round to nearest even), the workers' contributions are
-/// summed in float in worker order, and that sum is rounded once to the half type and widened
-/// exactly; every worker gets the same bits. Sums of integer-valued halves are therefore exact
-/// while they stay within the half type's integers (|sum| <= 2048 for FP16, <= 256 for BF16).
-/// Other dtypes, and the in-process and NCCL paths, ignore it.
+/// compressed, which halves them for float32 (quarters them for float64): each worker's
+/// contribution (its replicas' local sum) is rounded once to the half type (round to nearest even;
+/// float64 through float, which rounds the same), the workers' contributions are summed in float
+/// in worker order, and that sum is rounded once to the half type and widened exactly; every
+/// worker gets the same bits. MEAN then divides by the number of replicas in the tensor's type, as
+/// without compression. Integer-valued contributions and sums within the half type's consecutive
+/// integers (|x| <= 2048 for FP16, <= 256 for BF16) are therefore exact. Only float32 and float64
+/// tensors are compressed: integers cross exactly, and float16 and bfloat16 tensors cross as they
+/// are (their sums, too, are added in float in worker order and rounded once). It applies to
+/// `ReplicaContext::all_reduce`, `all_reduce_async`, `reduce_scatter`, `GradientBuckets` and the
+/// optimizers' gradient all-reduce (`Optimizer::communication`); the in-process and NCCL paths,
+/// and cross-replica reductions (`Strategy::reduce`, `batch_reduce_to`), ignore it.
 enum class Compression {
   NONE,  ///< full precision (default)
-  FP16,  ///< IEEE half: 11 significant bits, range +-65504 (larger values become infinity)
+  FP16,  ///< IEEE half: 11 significant bits; contributions and sums of magnitude 65520 and more
+         ///< become infinity (65504 is the largest half)
   BF16,  ///< bfloat16: 8 significant bits, float32's range
 };
 

@@ -34,12 +34,18 @@ class GradientBuckets {
   /// \throws FailedPreconditionError outside a replica context of a `run` (in cross-replica
   /// context); InvalidArgumentError for a negative `bytes_per_pack` or MEAN of an integer type.
   explicit GradientBuckets(ReduceOp op = ReduceOp::SUM, int64_t bytes_per_pack = 25 << 20)
-      : op_(op), bytes_per_pack_(bytes_per_pack), ctx_(get_replica_context()) {
+      : GradientBuckets(op, CommunicationOptions{.bytes_per_pack = bytes_per_pack}) {}
+
+  /// Buckets of `options.bytes_per_pack` bytes (0: one bucket, which `finish` starts); every
+  /// bucket's all-reduce takes the rest of `options` (`compression`: gradients cross workers in
+  /// half precision; `timeout_seconds`; `implementation`). Same errors as above.
+  GradientBuckets(ReduceOp op, const CommunicationOptions& options)
+      : op_(op), options_(options), ctx_(get_replica_context()) {
     MIRRORED_ENFORCE(ctx_ != nullptr, FailedPreconditionError,
                      "GradientBuckets must be created inside Strategy::run (in a replica context), not in "
                      "cross-replica context");
-    MIRRORED_ENFORCE(bytes_per_pack >= 0, InvalidArgumentError, "GradientBuckets: bytes_per_pack must be >= 0, got ",
-                     bytes_per_pack);
+    MIRRORED_ENFORCE(options.bytes_per_pack >= 0, InvalidArgumentError,
+                     "GradientBuckets: bytes_per_pack must be >= 0, got ", options.bytes_per_pack);
     MIRRORED_ENFORCE(op != ReduceOp::MEAN || !std::is_integral_v<T>, InvalidArgumentError,
                      "GradientBuckets on replica ", ctx_->replica_id_in_sync_group(),
                      ": MEAN of integer values has no exact integer result; reduce floating-point values instead");
@@ -52,7 +58,7 @@ class GradientBuckets {
     check_thread("push");
     bytes_ += grad.numel() * static_cast<int64_t>(sizeof(T));
     current_.push_back(std::move(grad));
-    if (detail::pack_is_full(bytes_, bytes_per_pack_)) start_bucket();
+    if (detail::pack_is_full(bytes_, options_.bytes_per_pack)) start_bucket();
   }
 
   /// Starts the last bucket, waits for every bucket and returns the reduced gradients in push
@@ -79,7 +85,7 @@ class GradientBuckets {
                      ": called outside the replica (thread and run) that created it");
   }
   void start_bucket() {
-    CommunicationOptions options;
+    CommunicationOptions options = options_;
     options.bytes_per_pack = 0;  // the bucket is one pack
     pushed_ += static_cast<int64_t>(current_.size());
     std::vector<Tensor<T>> bucket = std::move(current_);
@@ -89,7 +95,7 @@ class GradientBuckets {
   }
 
   ReduceOp op_;
-  int64_t bytes_per_pack_;
+  CommunicationOptions options_;  // bytes_per_pack: the bucket size
   ReplicaContext* ctx_;
   std::vector<Tensor<T>> current_;
   int64_t bytes_ = 0;

@@ -3,11 +3,11 @@
 // when every check passed, 1 when one failed (printing it), 3 when the scenario's expected error
 // did not come.
 //
-//   mirrored_mw_worker <scenario> [--replicas R] [--timeout S] [--victim K] [--step N]
+//   mirrored_mw_worker <scenario> [--replicas R] [--timeout S] [--victim K] [--step N] [--implementation auto|ring]
 //
-// Scenarios: collectives, ring (all-reduces of uneven sizes), mismatch, kill (worker K kills itself at step N), stop
-// (worker K stops itself), never_join (expects the start-up to fail), leave_early (worker K leaves after N steps),
-// hello (prints and exits).
+// Scenarios: collectives, ring (all-reduces of uneven sizes), compression (mw_compression.cpp), mismatch, kill
+// (worker K kills itself at step N), stop (worker K stops itself), never_join (expects the start-up to fail),
+// leave_early (worker K leaves after N steps), hello (prints and exits).
 #include <signal.h>
 #include <unistd.h>
 
@@ -23,33 +23,19 @@
 
 #include <mirrored/mirrored.hpp>
 
+#include "mw_worker.hpp"
+
 namespace {
 
 using namespace mirrored;
+using namespace mirrored::mw;
 using Clock = std::chrono::steady_clock;
-
-int g_failures = 0;
-
-#define CHECK(cond, ...)                                                                                         \
-  do {                                                                                                           \
-    if (!(cond)) {                                                                                               \
-      std::cout << "CHECK FAILED (" << __LINE__ << "): " #cond " " << detail::str_cat(__VA_ARGS__) << std::endl; \
-      ++g_failures;                                                                                              \
-    }                                                                                                            \
-  } while (0)
-
-struct Args {
-  std::string scenario;
-  int replicas = 1;
-  double timeout = 30;
-  int victim = 1;
-  int step = 3;
-};
 
 Args parse(int argc, char** argv) {
   Args a;
   if (argc < 2) {
-    std::cerr << "usage: mirrored_mw_worker <scenario> [--replicas R] [--timeout S] [--victim K] [--step N]\n";
+    std::cerr << "usage: mirrored_mw_worker <scenario> [--replicas R] [--timeout S] [--victim K] [--step N] "
+                 "[--implementation auto|ring]\n";
     std::exit(2);
   }
   a.scenario = argv[1];
@@ -63,20 +49,10 @@ Args parse(int argc, char** argv) {
       a.victim = std::stoi(v);
     else if (flag == "--step")
       a.step = std::stoi(v);
+    else if (flag == "--implementation")
+      a.implementation = v;
   }
   return a;
-}
-
-std::vector<std::string> cpus(int n) {
-  std::vector<std::string> out;
-  for (int i = 0; i < n; ++i) out.push_back("CPU:" + std::to_string(i));
-  return out;
-}
-
-CommunicationOptions options(double timeout) {
-  CommunicationOptions o;
-  o.timeout_seconds = timeout;
-  return o;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -108,7 +84,7 @@ void check_collectives(MultiWorkerMirroredStrategy& s) {
     auto m = ctx->all_reduce(ReduceOp::MEAN, Tensor<double>::full({2}, 2.0 * (g + 1)));
     auto i = ctx->all_reduce(ReduceOp::SUM, Tensor<int32_t>{g, 1});
     auto nest = ctx->all_reduce(ReduceOp::SUM, std::make_tuple(Tensor<float>::scalar(1.0f), int64_t{g}));
-    // The 2-byte floats cross workers too (Gloo exchanges them as float).
+    // The 2-byte floats cross workers too (as halves, summed in float and rounded once).
     auto h = ctx->all_reduce(ReduceOp::SUM, Tensor<float16>::full({5}, float16(static_cast<float>(g + 1))));
     auto b = ctx->all_reduce(ReduceOp::MEAN, Tensor<bfloat16>::full({3}, bfloat16(2.0f * (g + 1))));
     return std::make_tuple(t.to_vector(), m.to_vector(), i.to_vector(), std::get<0>(nest).item(), std::get<1>(nest),
@@ -593,6 +569,7 @@ int main(int argc, char** argv) {
     if (a.scenario == "collectives") return collectives(a);
     if (a.scenario == "mismatch") return mismatch(a);
     if (a.scenario == "ring") return ring(a);
+    if (a.scenario == "compression") return compression(a);
     if (a.scenario == "kill") return fault(a, true);
     if (a.scenario == "stop") return fault(a, false);
     if (a.scenario == "never_join") return never_join(a);

@@ -29,6 +29,7 @@ class RecordingAllReduce final : public InProcessAllReduce {
     if (step.replica() == 0) {
       std::lock_guard lock(mu);
       tensors_per_call.push_back(step.inputs(0).size());
+      compressions.push_back(step.compression());
     }
     InProcessAllReduce::all_reduce(op, step);
     if (step.replica() == 0) calls.fetch_add(1);
@@ -37,8 +38,13 @@ class RecordingAllReduce final : public InProcessAllReduce {
     std::lock_guard lock(mu);
     return tensors_per_call;
   }
+  std::vector<Compression> compressions_seen() {
+    std::lock_guard lock(mu);
+    return compressions;
+  }
   std::mutex mu;
   std::vector<std::size_t> tensors_per_call;
+  std::vector<Compression> compressions;
   std::atomic<int> calls{0};
 };
 
@@ -77,6 +83,37 @@ TEST_P(Buckets, FillInPushOrderStartWhenFullAndReturnInPushOrder) {
           << "replica " << r << " gradient " << k;
     }
   }
+}
+
+// CommunicationOptions: bytes_per_pack sizes the buckets, the compression reaches every bucket's
+// collective (which, with no other worker, sums in full precision).
+TEST_P(Buckets, TakeCommunicationOptions) {
+  auto ops = std::make_shared<RecordingAllReduce>();
+  MirroredStrategy s(cpus(n()), ops);
+  const std::vector<int64_t> sizes{1, 5, 1, 1, 2, 3};  // buckets of 16 bytes: {1, 5}, {1, 1, 2}, {3}
+  auto out = s.run([&] {
+    ReplicaContext* ctx = get_replica_context();
+    const int r = ctx->replica_id_in_sync_group();
+    CommunicationOptions options;
+    options.bytes_per_pack = 16;
+    options.compression = Compression::BF16;
+    options.timeout_seconds = 60;
+    GradientBuckets<float> buckets(ReduceOp::SUM, options);
+    std::vector<Tensor<float>> grads;
+    for (std::size_t k = 0; k < sizes.size(); ++k)
+      grads.push_back(Tensor<float>::full({sizes[k]}, 0.1f * float(r + 1) + 0.01f * float(k)));
+    for (const auto& g : grads) buckets.push(g);
+    bool same = true;
+    const auto reduced = buckets.finish();
+    for (std::size_t k = 0; k < grads.size(); ++k)
+      same &= reduced[k].to_vector() == ctx->all_reduce(ReduceOp::SUM, grads[k]).to_vector();
+    return same;
+  });
+  EXPECT_EQ(ops->sizes(), (std::vector<std::size_t>{2, 3, 1, 1, 1, 1, 1, 1, 1}));
+  const auto seen = ops->compressions_seen();
+  ASSERT_EQ(seen.size(), 9u);
+  for (std::size_t call = 0; call < 3; ++call) EXPECT_EQ(seen[call], Compression::BF16) << "bucket " << call;
+  for (int r = 0; r < n(); ++r) EXPECT_TRUE(out[r]) << "replica " << r;
 }
 
 TEST_P(Buckets, EqualTheSynchronousAllReduceBitwise) {
@@ -212,6 +249,11 @@ TEST(BucketsErrors, BadArgumentsAndContexts) {
   });
   EXPECT_THAT(msgs[1].first, HasSubstr("GradientBuckets on replica 1: MEAN of integer values"));
   EXPECT_THAT(msgs[0].second, HasSubstr("bytes_per_pack must be >= 0, got -1"));
+  auto negative = s.run([] {
+    return testing::message_of<InvalidArgumentError>(
+        [] { GradientBuckets<float> b(ReduceOp::SUM, CommunicationOptions{.bytes_per_pack = -2}); });
+  });
+  EXPECT_THAT(negative[0], HasSubstr("bytes_per_pack must be >= 0, got -2"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Replicas, Buckets, ::testing::Values(1, 2, 4, 8));

@@ -1,6 +1,7 @@
 #include "cluster/coordinator/multi_worker_runtime.hpp"
 
 #include <cstring>
+#include <optional>
 
 #include "collectives/collective_group.hpp"
 #include "collectives/collective_helpers.hpp"
@@ -43,13 +44,28 @@ std::string describe_leaves(const std::vector<UntypedTensor>& leaves) {
   return out.empty() ? "(nothing)" : out;
 }
 
+// What an all-reduce or reduce-scatter asks of every worker: op, leaves and compression.
+std::string reduction_signature(ReduceOp op, const std::vector<UntypedTensor>& leaves, Compression compression) {
+  return str_cat(op == ReduceOp::SUM ? "SUM of " : "MEAN of ", describe_leaves(leaves), ", compression ",
+                 compression_name(compression));
+}
+
+// The half type float32 and float64 values cross workers in under `compression`; none for the
+// other dtypes (integers stay exact; float16 and bfloat16 cross as they are).
+std::optional<DType> wire_half(DType dtype, Compression compression) {
+  if (compression == Compression::NONE || (dtype != DType::float32 && dtype != DType::float64)) return std::nullopt;
+  return compression == Compression::FP16 ? DType::float16 : DType::bfloat16;
+}
+
 // The cross-worker stage of a collective on the timeline: "cross_worker", its op and this worker's bytes.
-void trace_stage(timeline::Scope& trace, const char* op, const std::vector<UntypedTensor>& leaves) {
+void trace_stage(timeline::Scope& trace, const char* op, const std::vector<UntypedTensor>& leaves,
+                 Compression compression = Compression::NONE) {
   if (!trace.active()) return;
   std::int64_t bytes = 0;
   for (const auto& t : leaves) bytes += static_cast<std::int64_t>(t.bytes());
   trace.arg("op", op);
   trace.arg("bytes", bytes);
+  if (compression != Compression::NONE) trace.arg("compression", compression_name(compression));
 }
 
 // Divides every output by the number of replicas of every worker (MEAN after a SUM).
@@ -190,15 +206,22 @@ void MultiWorkerRuntime::agree(const std::string& op, const std::function<std::s
 }
 
 void MultiWorkerRuntime::sum_across(const std::vector<UntypedTensor>& srcs, const std::vector<UntypedTensor>& dsts,
-                                    int64_t bytes_per_pack, TimePoint deadline) {
+                                    int64_t bytes_per_pack, Compression compression, TimePoint deadline) {
   WorkerTransport& transport = coordinator().transport();
   for (const auto& pack : plan_packs(dsts, bytes_per_pack)) {
     const DType dtype = dsts[pack[0]].dtype;
+    const std::optional<DType> half = wire_half(dtype, compression);
+    auto reduce = [&](const void* in, void* out, int64_t count) {
+      if (half)
+        transport.all_reduce_half(dtype, *half, in, out, count, deadline);
+      else
+        transport.all_reduce_sum(dtype, in, out, count, deadline);
+    };
     bool direct = pack.size() == 1;
     for (std::size_t i : pack) direct = direct && srcs[i].device().is_host() && dsts[i].device().is_host();
     if (direct) {
       const std::size_t i = pack[0];
-      transport.all_reduce_sum(dtype, srcs[i].data(), dsts[i].data(), dsts[i].numel, deadline);
+      reduce(srcs[i].data(), dsts[i].data(), dsts[i].numel);
       continue;
     }
     // Several tensors (or device memory): one contiguous host buffer per pack.
@@ -211,7 +234,7 @@ void MultiWorkerRuntime::sum_across(const std::vector<UntypedTensor>& srcs, cons
       copy_between(base + offset, cpu0, srcs[i].data(), srcs[i].device(), srcs[i].bytes());
       offset += srcs[i].bytes();
     }
-    transport.all_reduce_sum(dtype, base, base, total, deadline);
+    reduce(base, base, total);
     offset = 0;
     for (std::size_t i : pack) {
       copy_between(dsts[i].data(), dsts[i].device(), base + offset, cpu0, dsts[i].bytes());
@@ -229,8 +252,8 @@ void MultiWorkerRuntime::all_reduce(ReduceOp op, CrossDeviceOps& local, Collecti
     if (me == 0) {
       timeline::Scope trace("cross_worker", "collective");
       trace_stage(trace, "all_reduce", step.inputs(0));
-      const std::string signature =
-          str_cat(op == ReduceOp::SUM ? "SUM of " : "MEAN of ", describe_leaves(step.inputs(0)));
+      // NCCL sums in full precision whatever the compression, but the workers still agree on it.
+      const std::string signature = reduction_signature(op, step.inputs(0), step.compression());
       coordinator().collective("all_reduce", deadline,
                                [&](TimePoint d) { check_same_call("all_reduce", signature, d); });
     }
@@ -250,13 +273,12 @@ void MultiWorkerRuntime::all_reduce(ReduceOp op, CrossDeviceOps& local, Collecti
   }
   if (me == 0) {
     timeline::Scope trace("cross_worker", "collective");
-    trace_stage(trace, "all_reduce", step.inputs(0));
+    trace_stage(trace, "all_reduce", step.inputs(0), step.compression());
     const auto& sources = n > 1 ? step.outputs(0) : step.inputs(0);
-    const std::string signature =
-        str_cat(op == ReduceOp::SUM ? "SUM of " : "MEAN of ", describe_leaves(step.inputs(0)));
+    const std::string signature = reduction_signature(op, step.inputs(0), step.compression());
     coordinator().collective("all_reduce", deadline, [&](TimePoint d) {
       check_same_call("all_reduce", signature, d);
-      sum_across(sources, step.outputs(0), step.bytes_per_pack(), d);
+      sum_across(sources, step.outputs(0), step.bytes_per_pack(), step.compression(), d);
     });
     // Before the other local replicas copy the result.
     if (op == ReduceOp::MEAN) divide_all(step.outputs(0), static_cast<int64_t>(n) * num_workers_);
@@ -279,18 +301,17 @@ void MultiWorkerRuntime::reduce_scatter(ReduceOp op, CrossDeviceOps& local, Coll
   const mirrored::Deadline& deadline = step.deadline();
   if (me == 0) {
     timeline::Scope trace("cross_worker", "collective");
-    trace_stage(trace, "reduce_scatter", step.inputs(0));
+    trace_stage(trace, "reduce_scatter", step.inputs(0), step.compression());
     const UntypedTensor& first = step.inputs(0)[0];
     std::vector<UntypedTensor> parts;
     for (int r = 0; r < n; ++r) parts.push_back(step.inputs(r)[0]);
     scattered_ = make_untyped(first.dtype, {first.numel}, cpu0);
     local.reduce(ReduceOp::SUM, parts, scattered_);
-    std::string signature = str_cat(op == ReduceOp::SUM ? "SUM of " : "MEAN of ", describe_leaves(step.inputs(0)),
-                                     " in pieces");
+    std::string signature = reduction_signature(op, step.inputs(0), step.compression()) + ", in pieces";
     for (int64_t piece : step.split()) signature += str_cat(" ", piece);
     coordinator().collective("reduce_scatter", deadline, [&](TimePoint d) {
       check_same_call("reduce_scatter", signature, d);
-      sum_across({scattered_}, {scattered_}, 0, d);
+      sum_across({scattered_}, {scattered_}, 0, step.compression(), d);
     });
     if (op == ReduceOp::MEAN) divide_all({scattered_}, static_cast<int64_t>(n) * num_workers_);
   }
@@ -415,7 +436,9 @@ void MultiWorkerRuntime::sum(std::vector<UntypedTensor>& tensors, std::vector<in
   timeline::Scope trace("cross_worker", "collective");
   trace_stage(trace, "reduce", tensors);
   coordinator().collective("reduce", deadline, [&](TimePoint d) {
-    sum_across(tensors, tensors, 0, d);
+    // Cross-replica reductions (Strategy::reduce, batch_reduce_to) take no CommunicationOptions:
+    // always full precision.
+    sum_across(tensors, tensors, 0, Compression::NONE, d);
     if (!counts.empty())
       coordinator().transport().all_reduce_sum(DType::int64, counts.data(), counts.data(),
                                                static_cast<int64_t>(counts.size()), d);

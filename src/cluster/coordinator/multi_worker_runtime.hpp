@@ -4,8 +4,8 @@
 // "leader") does the cross-worker part while the others wait: local reduction first (the
 // strategy's CrossDeviceOps), then the workers' results are combined through the transport, then
 // the local replicas copy the leader's result. Every cross-worker call starts by checking that
-// all workers make the same call with the same dtypes and shapes (a 16-byte exchange; the full
-// descriptions only when they differ).
+// all workers make the same call with the same dtypes, shapes and compression (a 16-byte exchange;
+// the full descriptions only when they differ).
 
 #include <memory>
 #include <string>
@@ -66,9 +66,10 @@ class MultiWorkerRuntime : public WorkerStage {
   // out = concatenation along `axis` of every worker's `local_concat` (global shapes `shapes`).
   void gather_across(const UntypedTensor& local_concat, const std::vector<Shape>& shapes, int local_replicas, int axis,
                      const UntypedTensor& out, Coordinator::Clock::time_point deadline);
-  // Sums `srcs[i]` of every worker into `dsts[i]` (host or device), packed per dtype run.
+  // Sums `srcs[i]` of every worker into `dsts[i]` (host or device), packed per dtype run; float32
+  // and float64 packs cross as `compression` says (WorkerTransport::all_reduce_half).
   void sum_across(const std::vector<UntypedTensor>& srcs, const std::vector<UntypedTensor>& dsts,
-                  int64_t bytes_per_pack, Coordinator::Clock::time_point deadline);
+                  int64_t bytes_per_pack, Compression compression, Coordinator::Clock::time_point deadline);
 
   // The job's failure, if it failed (for errors of the GPU path, which runs outside the
   // coordinator's collectives).

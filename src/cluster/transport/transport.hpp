@@ -25,8 +25,19 @@ class WorkerTransport {
   virtual std::string name() const = 0;
 
   /// `out[i] = sum over workers of in[i]` for `count` elements of `dtype` in host memory; `in` may
-  /// equal `out`. Every worker passes the same dtype and count.
+  /// equal `out`. Every worker passes the same dtype and count. float16 and bfloat16 are summed as
+  /// `all_reduce_half` sums them (in float, in worker order, rounded once).
   virtual void all_reduce_sum(DType dtype, const void* in, void* out, int64_t count, Clock::time_point deadline) = 0;
+
+  /// The sum of half-precision contributions (`CommunicationOptions::compression`, and the sum of
+  /// float16 and bfloat16 tensors, where `dtype` == `half`): every worker's `in` (`count` elements
+  /// of `dtype`: float32, float64 or `half`) is rounded to `half` (float16 or bfloat16) by the host
+  /// backend's `cast`, and only those halves cross between workers; each element's halves are
+  /// summed in float in worker order, that sum is rounded once to `half` and converted exactly to
+  /// `dtype` into `out`. Every worker gets the same bits. `in` may equal `out`; every worker passes
+  /// the same dtypes and count.
+  virtual void all_reduce_half(DType dtype, DType half, const void* in, void* out, int64_t count,
+                               Clock::time_point deadline) = 0;
 
   /// `out` = the concatenation, in rank order, of every worker's `in` (worker w contributes
   /// `sizes[w]` bytes; `sizes` is the same on every worker and `in` holds `sizes[rank]` bytes).

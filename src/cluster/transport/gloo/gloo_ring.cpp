@@ -15,8 +15,18 @@ namespace {
 // Segments of about this size keep the ring's stages overlapping: while one segment crosses the
 // socket, the previous one is being summed.
 constexpr std::size_t kSegmentBytes = std::size_t{1} << 20;
-// The slot prefix of these messages, apart from those of Gloo's own collectives (0x01-0x08).
+// The slot prefixes of these messages, apart from those of Gloo's own collectives (0x01-0x08).
 constexpr uint8_t kRingSlotPrefix = 0x41;
+constexpr uint8_t kContributionSlotPrefix = 0x42;  // owner_all_reduce: a contribution to an owner
+constexpr uint8_t kResultSlotPrefix = 0x43;        // owner_all_reduce: an owner's result
+// How many copies of each area owner_all_reduce cycles through: a segment's contributions go out
+// one segment ahead, and its results are decoded one segment later.
+constexpr std::size_t kOwnerDepth = 3;
+// Its segments: as large as its scratch budget allows, up to 1 MiB (fewer, larger messages cost
+// less per byte: with 128 KiB ones a 64 MiB all-reduce was clearly slower), at least 64 KiB.
+constexpr std::size_t kOwnerScratchBytes = std::size_t{24} << 20;
+constexpr std::size_t kOwnerMaxSegmentBytes = std::size_t{1} << 20;
+constexpr std::size_t kOwnerMinSegmentBytes = std::size_t{64} << 10;
 
 // What is left of the deadline, at least 1 ms (Gloo treats 0 as "no timeout"). A wait that ends
 // without its message throws (Gloo's timeout, or an abort).
@@ -25,10 +35,10 @@ std::chrono::milliseconds left(std::chrono::steady_clock::time_point deadline) {
   return std::max(ms, std::chrono::milliseconds(1));
 }
 void wait_recv(gloo::transport::UnboundBuffer& buf, std::chrono::steady_clock::time_point deadline) {
-  if (!buf.waitRecv(nullptr, left(deadline))) throw std::runtime_error("ring all-reduce: a receive was aborted");
+  if (!buf.waitRecv(nullptr, left(deadline))) throw std::runtime_error("Gloo: a receive was aborted");
 }
 void wait_send(gloo::transport::UnboundBuffer& buf, std::chrono::steady_clock::time_point deadline) {
-  if (!buf.waitSend(nullptr, left(deadline))) throw std::runtime_error("ring all-reduce: a send was aborted");
+  if (!buf.waitSend(nullptr, left(deadline))) throw std::runtime_error("Gloo: a send was aborted");
 }
 
 }  // namespace
@@ -142,6 +152,121 @@ void ring_all_reduce(gloo::Context& context, const void* in, void* out, std::siz
   }
   for (; recvs_pending > 0; --recvs_pending) wait_recv(*out_buf, deadline);
   for (; sends_pending_out > 0; --sends_pending_out) wait_send(*out_buf, deadline);
+}
+
+void owner_all_reduce(gloo::Context& context, std::size_t elements, std::size_t wire_size, const WireCodec& codec,
+                      uint32_t tag, std::chrono::steady_clock::time_point deadline,
+                      std::vector<unsigned char>& scratch) {
+  if (elements == 0) return;
+  const int size = context.size;
+  const int rank = context.rank;
+  const auto ranks = static_cast<std::size_t>(size);
+  // Block b (owned by rank b) is `segments` segments; offsets in whole elements, the last ones
+  // possibly short or empty (every rank computes the same ranges, so it skips the same messages).
+  const std::size_t block_elements = (elements + ranks - 1) / ranks;
+  // Every area's copies (3 per peer and 2 of this rank's), within the budget.
+  const std::size_t areas = (3 * ranks + 1) * kOwnerDepth;
+  const std::size_t target =
+      std::clamp(kOwnerScratchBytes / areas / wire_size * wire_size, kOwnerMinSegmentBytes, kOwnerMaxSegmentBytes);
+  const std::size_t segments = std::max<std::size_t>(1, (block_elements * wire_size + target - 1) / target);
+  const std::size_t segment_elements = (block_elements + segments - 1) / segments;
+  auto range = [&](int block, std::size_t segment) {
+    const std::size_t start = static_cast<std::size_t>(block) * block_elements;
+    const std::size_t begin = std::min(elements, start + std::min(block_elements, segment * segment_elements));
+    const std::size_t end = std::min({elements, start + block_elements, begin + segment_elements});
+    return std::pair<std::size_t, std::size_t>{begin, end > begin ? end - begin : 0};
+  };
+
+  // Segment k of each kind of area uses copy k % kDepth. Per rank w: what this rank contributes
+  // to w's block (w == rank: its own contribution), what w contributed to this rank's block, w's
+  // result for its block; then this rank's results.
+  enum Area : std::size_t { kMine = 0, kTheirs = 1, kGathered = 2, kResult = 3 };
+  const std::size_t segment_bytes = segment_elements * wire_size;
+  const std::size_t copies_bytes = kOwnerDepth * segment_bytes;  // one area, every copy
+  if (scratch.size() < areas * segment_bytes) scratch.resize(areas * segment_bytes);
+  auto area = [&](Area a, int w) {
+    return scratch.data() + (a == kResult ? 3 * ranks : a * ranks + static_cast<std::size_t>(w)) * copies_bytes;
+  };
+  auto copy = [&](std::size_t k) { return (k % kOwnerDepth) * segment_bytes; };
+
+  // One buffer per peer and direction: completions on one buffer then come in the order of its
+  // operations (one peer, one slot), which the counting below relies on.
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> to_owner(ranks), from_peer(ranks), result_to(ranks),
+      result_from(ranks);
+  for (int w = 0; w < size; ++w) {
+    if (w == rank) continue;
+    const auto u = static_cast<std::size_t>(w);
+    to_owner[u] = context.createUnboundBuffer(area(kMine, w), copies_bytes);
+    from_peer[u] = context.createUnboundBuffer(area(kTheirs, w), copies_bytes);
+    result_from[u] = context.createUnboundBuffer(area(kGathered, w), copies_bytes);
+    result_to[u] = context.createUnboundBuffer(area(kResult, 0), copies_bytes);
+  }
+  const uint64_t contribution_slot = gloo::Slot::build(kContributionSlotPrefix, tag);
+  const uint64_t result_slot = gloo::Slot::build(kResultSlotPrefix, tag);
+  // Sends that may still read a copy: it is written again only once they are done. The oldest
+  // send on a buffer completes first, so waiting for one per earlier send is enough.
+  std::vector<std::size_t> sends(ranks, 0), result_sends(ranks, 0);  // in flight, per peer
+  auto wait_sends = [&](std::vector<std::size_t>& pending,
+                        std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>>& bufs, std::size_t keep) {
+    for (std::size_t u = 0; u < ranks; ++u)
+      for (; pending[u] > keep; --pending[u]) wait_send(*bufs[u], deadline);
+  };
+
+  // Segment k: its receives are posted, and this rank's contributions to the other blocks sent,
+  // one segment ahead, so that an owner finds every contribution there when it gets to k.
+  auto start_segment = [&](std::size_t k) {
+    wait_sends(sends, to_owner, kOwnerDepth - 1);
+    for (int i = 1; i < size; ++i) {
+      const int w = (rank + i) % size;
+      const auto u = static_cast<std::size_t>(w);
+      if (const std::size_t n = range(rank, k).second; n > 0)
+        from_peer[u]->recv(w, contribution_slot, copy(k), n * wire_size);
+      if (const std::size_t n = range(w, k).second; n > 0) result_from[u]->recv(w, result_slot, copy(k), n * wire_size);
+      const auto [first, n] = range(w, k);
+      if (n == 0) continue;
+      codec.encode(area(kMine, w) + copy(k), first, n);
+      to_owner[u]->send(w, contribution_slot, copy(k), n * wire_size);
+      ++sends[u];
+    }
+  };
+  // The other owners' results of segment k.
+  auto finish_segment = [&](std::size_t k) {
+    for (int w = 0; w < size; ++w) {
+      if (w == rank) continue;
+      const auto [first, n] = range(w, k);
+      if (n == 0) continue;
+      wait_recv(*result_from[static_cast<std::size_t>(w)], deadline);
+      codec.decode(first, area(kGathered, w) + copy(k), n);
+    }
+  };
+
+  std::vector<const void*> parts(ranks);
+  start_segment(0);
+  for (std::size_t k = 0; k < segments; ++k) {
+    if (k + 1 < segments) start_segment(k + 1);
+    // This rank's block: every contribution, in rank order, combined once and sent to every peer.
+    if (const auto [first, n] = range(rank, k); n > 0) {
+      codec.encode(area(kMine, rank) + copy(k), first, n);
+      for (int w = 0; w < size; ++w) {
+        parts[static_cast<std::size_t>(w)] = area(w == rank ? kMine : kTheirs, w) + copy(k);
+        if (w != rank) wait_recv(*from_peer[static_cast<std::size_t>(w)], deadline);
+      }
+      wait_sends(result_sends, result_to, kOwnerDepth - 1);
+      unsigned char* out = area(kResult, 0) + copy(k);
+      codec.combine(out, parts.data(), n);
+      for (int w = 0; w < size; ++w) {
+        if (w == rank) continue;
+        result_to[static_cast<std::size_t>(w)]->send(w, result_slot, copy(k), n * wire_size);
+        ++result_sends[static_cast<std::size_t>(w)];
+      }
+      codec.decode(first, out, n);
+    }
+    // The results of the segment before, which had a segment's time to arrive.
+    if (k > 0) finish_segment(k - 1);
+  }
+  finish_segment(segments - 1);
+  wait_sends(sends, to_owner, 0);
+  wait_sends(result_sends, result_to, 0);
 }
 
 }  // namespace mirrored::detail::cluster

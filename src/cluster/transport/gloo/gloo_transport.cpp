@@ -1,6 +1,7 @@
-// The cross-worker transport over Gloo's TCP transport: a ring all-reduce on Gloo's point-to-point
-// buffers (gloo_ring.hpp says why not Gloo's own), all-gather and broadcast of Gloo's algorithm
-// library, with the workers' addresses exchanged through the job's store.
+// The cross-worker transport over Gloo's TCP transport: a ring all-reduce and, for half-precision
+// contributions, an owner all-reduce on Gloo's point-to-point buffers (gloo_ring.hpp says why not
+// Gloo's own), all-gather and broadcast of Gloo's algorithm library, with the workers' addresses
+// exchanged through the job's store.
 #include <gloo/allgatherv.h>
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
@@ -93,10 +94,16 @@ class GlooTransport : public WorkerTransport {
         case DType::int64: return all_reduce_typed<int64_t>(in, out, count, deadline);
         case DType::uint8: return all_reduce_typed<uint8_t>(in, out, count, deadline);
         case DType::float16:
-        case DType::bfloat16: return all_reduce_half(dtype, in, out, count, deadline);
+        case DType::bfloat16: return owner_reduce_half(dtype, dtype, in, out, count, deadline);
       }
       throw InternalError("Gloo all-reduce: unknown dtype");
     });
+  }
+
+  void all_reduce_half(DType dtype, DType half, const void* in, void* out, int64_t count,
+                       Clock::time_point deadline) override {
+    if (count == 0) return;
+    run([&] { owner_reduce_half(dtype, half, in, out, count, deadline); });
   }
 
   void all_gather(const void* in, void* out, const std::vector<std::size_t>& sizes,
@@ -177,18 +184,31 @@ class GlooTransport : public WorkerTransport {
       backend_for(cpu0).sum_n(dtype, parts, 2, dst, static_cast<int64_t>(elements));
     };
     ring_all_reduce(*context_, in, out, static_cast<std::size_t>(count), sizeof(T), reduce, next_tag(), deadline,
-                    ring_scratch_);
+                    scratch_);
   }
 
-  // Gloo's ring would add pairs in the 2-byte type, rounding at every hop: the workers exchange
-  // float partial sums instead (twice the bytes), so the result is rounded once, like every other
-  // path's sums of float16 and bfloat16.
-  void all_reduce_half(DType dtype, const void* in, void* out, int64_t count, Clock::time_point deadline) {
+  // Halves cross, and each block's owner sums every worker's at once (owner_all_reduce; the ring
+  // would round a half partial sum at every hop): the host backend rounds each contribution to
+  // `half`, its sum_n adds a block's halves in float in worker order and rounds once, and `cast`
+  // widens the result exactly.
+  void owner_reduce_half(DType dtype, DType half, const void* in, void* out, int64_t count,
+                         Clock::time_point deadline) {
     auto& host = backend_for(cpu0);
-    std::vector<float> wide(static_cast<std::size_t>(count));
-    host.cast(dtype, in, DType::float32, wide.data(), count);
-    all_reduce_typed<float>(wide.data(), wide.data(), count, deadline);
-    host.cast(DType::float32, wide.data(), dtype, out, count);
+    const std::size_t elem = dtype_size(dtype);
+    const int workers = context_->size;
+    const auto* src = static_cast<const unsigned char*>(in);
+    auto* dst = static_cast<unsigned char*>(out);
+    const WireCodec codec{[&](void* wire, std::size_t first, std::size_t n) {
+                            host.cast(dtype, src + first * elem, half, wire, static_cast<int64_t>(n));
+                          },
+                          [&](void* wire, const void* const* parts, std::size_t n) {
+                            host.sum_n(half, parts, workers, wire, static_cast<int64_t>(n));
+                          },
+                          [&](std::size_t first, const void* wire, std::size_t n) {
+                            host.cast(half, wire, dtype, dst + first * elem, static_cast<int64_t>(n));
+                          }};
+    owner_all_reduce(*context_, static_cast<std::size_t>(count), dtype_size(half), codec, next_tag(), deadline,
+                     scratch_);
   }
 
   uint32_t next_tag() noexcept { return tag_++ & 0x7fffffffu; }
@@ -210,7 +230,7 @@ class GlooTransport : public WorkerTransport {
   std::atomic<bool> interrupted_{false};
   std::mutex interrupt_mu_;
   uint32_t tag_ = 1;
-  std::vector<unsigned char> ring_scratch_;  // ring_all_reduce's, reused (calls are serial)
+  std::vector<unsigned char> scratch_;  // ring_all_reduce's and owner_all_reduce's, reused (calls are serial)
 };
 
 }  // namespace

@@ -95,33 +95,12 @@ class ShmTransport : public WorkerTransport {
   std::string name() const override { return "shared memory"; }
 
   void all_reduce_sum(DType dtype, const void* in, void* out, int64_t count, Clock::time_point deadline) override {
-    check();
-    const std::size_t elem = dtype_size(dtype);
-    const auto per_chunk = static_cast<int64_t>(slot_bytes_ / elem);
-    const int64_t align = std::max<int64_t>(1, static_cast<int64_t>(64 / elem));
-    auto& host = backend_for(cpu0);
-    std::vector<const void*> parts(static_cast<std::size_t>(workers_));
-    int64_t chunk_index = 0;
-    for (int64_t begin = 0; begin < count; begin += per_chunk, ++chunk_index) {
-      const int64_t len = std::min(per_chunk, count - begin);
-      const std::size_t bytes = static_cast<std::size_t>(len) * elem;
-      unsigned char* result = this->result(chunk_index % 2);
-      std::memcpy(slot(rank_), static_cast<const unsigned char*>(in) + static_cast<std::size_t>(begin) * elem, bytes);
-      barrier(deadline);
-      // This worker's slice, whole cache lines; summed over the slots in worker order.
-      const int64_t per = ((len + workers_ - 1) / workers_ + align - 1) / align * align;
-      const int64_t lo = std::min(len, per * rank_);
-      const int64_t hi = std::min(len, lo + per);
-      if (hi > lo) {
-        for (int w = 0; w < workers_; ++w)
-          parts[static_cast<std::size_t>(w)] = slot(w) + static_cast<std::size_t>(lo) * elem;
-        host.sum_n(dtype, parts.data(), workers_, result + static_cast<std::size_t>(lo) * elem, hi - lo);
-      }
-      barrier(deadline);
-      // Results alternate between two areas, so that the next chunk's sums never overwrite a
-      // result a slower worker is still copying out.
-      std::memcpy(static_cast<unsigned char*>(out) + static_cast<std::size_t>(begin) * elem, result, bytes);
-    }
+    reduce_through_slots(dtype, dtype, in, out, count, deadline);
+  }
+
+  void all_reduce_half(DType dtype, DType half, const void* in, void* out, int64_t count,
+                       Clock::time_point deadline) override {
+    reduce_through_slots(dtype, half, in, out, count, deadline);
   }
 
   void all_gather(const void* in, void* out, const std::vector<std::size_t>& sizes,
@@ -171,6 +150,47 @@ class ShmTransport : public WorkerTransport {
     return static_cast<unsigned char*>(base_) + kControlBytes + static_cast<std::size_t>(w) * slot_bytes_;
   }
   unsigned char* result(int64_t k) const { return slot(workers_ + static_cast<int>(k)); }
+
+  // The all-reduces: `in` goes into this worker's slot as `wire` elements (the host backend's
+  // cast rounds it when `wire` is a half type), each worker sums its slice of every slot in worker
+  // order (sum_n adds halves in float and rounds once), and the result comes out as `dtype`.
+  void reduce_through_slots(DType dtype, DType wire, const void* in, void* out, int64_t count,
+                            Clock::time_point deadline) {
+    check();
+    const std::size_t elem = dtype_size(dtype);
+    const std::size_t wire_elem = dtype_size(wire);
+    const auto per_chunk = static_cast<int64_t>(slot_bytes_ / wire_elem);
+    const int64_t align = std::max<int64_t>(1, static_cast<int64_t>(64 / wire_elem));
+    auto& host = backend_for(cpu0);
+    auto convert = [&](DType from, const void* src, DType to, void* dst, int64_t n) {
+      if (from == to)
+        std::memcpy(dst, src, static_cast<std::size_t>(n) * dtype_size(to));
+      else
+        host.cast(from, src, to, dst, n);
+    };
+    std::vector<const void*> parts(static_cast<std::size_t>(workers_));
+    int64_t chunk_index = 0;
+    for (int64_t begin = 0; begin < count; begin += per_chunk, ++chunk_index) {
+      const int64_t len = std::min(per_chunk, count - begin);
+      unsigned char* result = this->result(chunk_index % 2);
+      convert(dtype, static_cast<const unsigned char*>(in) + static_cast<std::size_t>(begin) * elem, wire, slot(rank_),
+              len);
+      barrier(deadline);
+      // This worker's slice, whole cache lines; summed over the slots in worker order.
+      const int64_t per = ((len + workers_ - 1) / workers_ + align - 1) / align * align;
+      const int64_t lo = std::min(len, per * rank_);
+      const int64_t hi = std::min(len, lo + per);
+      if (hi > lo) {
+        for (int w = 0; w < workers_; ++w)
+          parts[static_cast<std::size_t>(w)] = slot(w) + static_cast<std::size_t>(lo) * wire_elem;
+        host.sum_n(wire, parts.data(), workers_, result + static_cast<std::size_t>(lo) * wire_elem, hi - lo);
+      }
+      barrier(deadline);
+      // Results alternate between two areas, so that the next chunk's sums never overwrite a
+      // result a slower worker is still copying out.
+      convert(wire, result, dtype, static_cast<unsigned char*>(out) + static_cast<std::size_t>(begin) * elem, len);
+    }
+  }
 
   void check() const {
     if (interrupted_.load() || ctl_->aborted.load(std::memory_order_acquire))

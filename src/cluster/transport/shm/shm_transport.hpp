@@ -4,8 +4,9 @@
 // exclusively by the chief (O_EXCL | O_NOFOLLOW, space reserved up front so that a small
 // /dev/shm is an error at start-up, never a SIGBUS later) and unlinked as soon as every worker
 // has mapped it, so that nothing is left behind even if the job is killed. Workers copy their
-// data into their own slot, then each reduces its slice across all slots in worker order (the
-// same sum on every run), then every worker copies the result out; barriers are futexes in the
+// data into their own slot (rounded to halves for all_reduce_half), then each reduces its slice
+// across all slots in worker order (the same sum on every run), then every worker copies the
+// result out; barriers are futexes in the
 // segment, each wait bounded by the collective's deadline, released at once when the job fails,
 // and watching whether the peers' processes still exist.
 
