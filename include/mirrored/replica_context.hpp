@@ -83,7 +83,7 @@ class ReplicaContext {
   /// enforced by the strategy's watchdog even while nobody waits. A tensor of `value` that nothing
   /// else refers to (moved in, or a temporary) is scratch: it may be reduced in place and returned
   /// as the result's storage. Mismatches, deadlines and failures of other replicas surface from
-  /// `wait()`; 	hrows (here) InvalidArgumentError for MEAN of integers or bad `options`,
+  /// `wait()`; \throws (here) InvalidArgumentError for MEAN of integers or bad `options`,
   /// FailedPreconditionError outside this context's `run`.
   template <class V>
   PendingCollective<V> all_reduce_async(ReduceOp op, V value, const CommunicationOptions& options = {});
@@ -101,7 +101,7 @@ class ReplicaContext {
 
   /// `reduce_scatter` that returns at once, as `all_reduce_async` (same lanes, same order, the
   /// deadline counted from this call); `wait()` gives this replica's slice, bitwise equal to
-  /// `reduce_scatter`'s. 	hrows (here) what `all_reduce_async` throws here, and
+  /// `reduce_scatter`'s. \throws (here) what `all_reduce_async` throws here, and
   /// InvalidArgumentError for a rank-0 value.
   template <class T>
   PendingCollective<Tensor<T>> reduce_scatter_async(ReduceOp op, Tensor<T> value,

@@ -37,7 +37,7 @@ class Storage {
   /// Wraps `bytes` bytes at `ptr` on `device` that the library does not own (e.g. a DLPack
   /// producer's): on destruction, after this thread's work queued on the device has finished,
   /// `release(context)` is called exactly once (when `release` is not null), on the destroying
-  /// thread. 	hrows NotFoundError when `device` is a GPU this process does not have (`release`
+  /// thread. \throws NotFoundError when `device` is a GPU this process does not have (`release`
   /// is then not called).
   Storage(const Device& device, void* ptr, std::size_t bytes, Release release, void* context);
   ~Storage();
