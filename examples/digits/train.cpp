@@ -85,8 +85,16 @@ TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainCo
                            .shuffle(train_n, cfg.seed)
                            .batch(cfg.global_batch);
   const auto dist = strategy.experimental_distribute_dataset(dataset);
+  auto evaluate = [&] {
+    const MlpParams p{on_host(vars[0].value()), on_host(vars[1].value()), on_host(vars[2].value()),
+                      on_host(vars[3].value())};
+    return mlp_accuracy(p, data.test.features, data.test.labels);
+  };
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const auto first_epoch_start = Clock::now();
   for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
-    const auto epoch_start = std::chrono::steady_clock::now();
+    const auto epoch_start = Clock::now();
     double loss_sum = 0;
     int64_t seen = 0, step = 0;
     for (const PerReplica<Batch>& batch : dist) {
@@ -102,16 +110,25 @@ TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainCo
                        " (diverged; try a smaller learning rate)");
       loss_sum += step_loss;
       seen += b;
-      if (report) {
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
-        report({epoch, step, steps, loss_sum / static_cast<double>(seen), secs > 0 ? seen / secs : 0, step == steps});
+      if (report && step < steps) {
+        const double secs = seconds_since(epoch_start);
+        report({epoch, step, steps, loss_sum / static_cast<double>(seen), secs > 0 ? seen / secs : 0, false});
       }
     }
+    // The epoch's pass is over (its input thread stopped): the training loop's time ends here.
+    const double epoch_seconds = seconds_since(epoch_start);
+    result.train_seconds += epoch_seconds;
+    result.examples += seen;
     result.final_loss = loss_sum / static_cast<double>(seen);
+    if (report) {
+      EpochReport last{epoch, step, steps, result.final_loss, epoch_seconds > 0 ? seen / epoch_seconds : 0, true};
+      if (cfg.eval_every_epoch) last.test_accuracy = evaluate();
+      last.train_seconds = result.train_seconds;
+      last.wall_seconds = seconds_since(first_epoch_start);
+      if (report) report(last);
+    }
   }
-  MlpParams trained{on_host(vars[0].value()), on_host(vars[1].value()), on_host(vars[2].value()),
-                    on_host(vars[3].value())};
-  result.test_accuracy = mlp_accuracy(trained, data.test.features, data.test.labels);
+  result.test_accuracy = evaluate();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
