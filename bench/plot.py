@@ -28,6 +28,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 MIB = 1 << 20
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
@@ -164,6 +165,9 @@ def plot_e2e_digits(path, out, note):
                              fontsize=7, xytext=(0, 1), textcoords="offset points")
     ax1.set_xticks(range(len(keys)), [names[key] for key in keys], fontsize=8)
     ax1.set_yscale("log")
+    ax1.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax1.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:,.0f}"))
+    ax1.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax1.set_ylabel("examples/s of the training loop (log scale)")
     ax1.grid(True, axis="y", alpha=0.3)
     ax1.text(0.98, 0.98, "solid: all epochs\npale: after the first epoch", transform=ax1.transAxes, ha="right",
@@ -178,7 +182,8 @@ def plot_e2e_digits(path, out, note):
     ax2.set_xscale("log")
     ax2.set_xlabel("seconds since training began (evaluations included, log scale)")
     ax2.set_ylabel("held-out accuracy after each epoch (%)")
-    ax2.set_ylim(max(0, min(100 * r["test_accuracy"] for key in keys for r in result["runs"][key]["epochs"]) - 2),
+    # Room under the lowest point for the legend.
+    ax2.set_ylim(max(0, min(100 * r["test_accuracy"] for key in keys for r in result["runs"][key]["epochs"]) - 8),
                  100)
     ax2.grid(True, alpha=0.3)
     ax2.legend(fontsize=8, loc="lower right")
