@@ -11,8 +11,10 @@
 #                 the GPU tests compile (they skip without a GPU), with the header and package checks;
 #                 the CPU tests compile alike without CUDA, so the debug stage builds and runs them
 #   make bench  - release build, run every benchmark
-#   make bench-report - on an idle machine: every benchmark + TensorFlow side by side, tables,
-#                 charts (docs/img/) and the generated block of docs/performance.md (bench/run_all.sh)
+#   make bench-report - on an idle machine: every benchmark + TensorFlow side by side + the digits
+#                 MLP trained by train_digits, TF Keras and PyTorch DDP, tables, charts (docs/img/)
+#                 and the generated block of docs/performance.md (bench/run_all.sh; installs Debian's
+#                 python3-torch for the DDP side: scripts/install-deps.sh --ddp)
 #   make interop - installs Debian's libtorch-dev, builds examples/interop (release, build/interop)
 #                 and runs it: a libtorch model trained on 2 CPU replicas through DLPack
 #   make clean  - remove build/
@@ -83,7 +85,8 @@ bench: deps
 	done; \
 	if [ "$$found" = 0 ]; then echo "no benchmarks built (is libbenchmark-dev installed?)" >&2; exit 1; fi
 
-bench-report: deps
+bench-report:
+	bash scripts/install-deps.sh --ddp
 	bash bench/run_all.sh --jobs $(JOBS)
 
 # Only the example and the library it links, CPU only (libtorch-dev is Debian's CPU build).

@@ -2,7 +2,7 @@
 """Draws the charts of docs/performance.md from the benchmarks' JSON output (PNG, matplotlib).
 
     python3 bench/plot.py --all-reduce all_reduce.json --run-overhead run_overhead.json \\
-        --tf-compare tf_compare.json --out docs/img
+        --tf-compare tf_compare.json --e2e-digits e2e_digits.json --out docs/img
 
   all_reduce.png    bench_all_reduce: all-reduce GB/s against the size per replica, one line per
                     replica count, with the memory anchor (one in-place pass over the same
@@ -11,6 +11,9 @@
                     the std::barrier round trip of as many threads
   tf_compare.png    tf_compare.py: TF eager, TF tf.function and mirrored for each operation and
                     replica count (log scale)
+  e2e_digits.png    e2e_digits.py: the digits MLP trained by train_digits, TF Keras and PyTorch DDP:
+                    examples/s of each (log scale), and held-out accuracy after each epoch against
+                    the seconds since training began (log scale), with the 97 % line
 
 Each input is optional; only the charts whose input is given are drawn. Google Benchmark files
 with repetitions use the median aggregate (as summarize.py does). --note adds a line under every
@@ -25,6 +28,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 MIB = 1 << 20
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
@@ -143,11 +147,58 @@ def plot_tf_compare(path, out, note):
     plt.close(fig)
 
 
+def plot_e2e_digits(path, out, note):
+    result = json.loads(Path(path).read_text())
+    names = {"mirrored": "mirrored train_digits", "tf_keras": "TF Keras model.fit", "torch_ddp": "PyTorch DDP (gloo)"}
+    colors = {"mirrored": COLORS[0], "tf_keras": COLORS[1], "torch_ddp": COLORS[4]}
+    keys = list(result["summary"])
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    width = 0.38
+    for k, (field, alpha) in enumerate((("examples_per_s", 1.0), ("examples_per_s_after_epoch_1", 0.55))):
+        xs = [i + (k - 0.5) * width for i in range(len(keys))]
+        ys = [result["summary"][key][field] or 0 for key in keys]
+        bars = ax1.bar(xs, ys, width, color=[colors[key] for key in keys], alpha=alpha, edgecolor="black",
+                       linewidth=0.5)
+        for bar, y in zip(bars, ys):
+            if y:
+                ax1.annotate(f"{y:,.0f}", (bar.get_x() + bar.get_width() / 2, y), ha="center", va="bottom",
+                             fontsize=7, xytext=(0, 1), textcoords="offset points")
+    ax1.set_xticks(range(len(keys)), [names[key] for key in keys], fontsize=8)
+    ax1.set_yscale("log")
+    ax1.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax1.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:,.0f}"))
+    ax1.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax1.set_ylabel("examples/s of the training loop (log scale)")
+    ax1.grid(True, axis="y", alpha=0.3)
+    ax1.text(0.98, 0.98, "solid: all epochs\npale: after the first epoch", transform=ax1.transAxes, ha="right",
+             va="top", fontsize=8)
+    titled(ax1, f"Training throughput, 2 replicas, global batch {result['global_batch']}", note)
+    for key in keys:
+        recs = result["runs"][key]["epochs"]
+        ax2.plot([r["wall_s"] for r in recs], [100 * r["test_accuracy"] for r in recs], "o-", ms=3,
+                 color=colors[key], label=names[key])
+    ax2.axhline(100 * result["target_accuracy"], color="gray", ls="--", lw=1,
+                label=f"{100 * result['target_accuracy']:.0f} %")
+    ax2.set_xscale("log")
+    ax2.set_xlabel("seconds since training began (evaluations included, log scale)")
+    ax2.set_ylabel("held-out accuracy after each epoch (%)")
+    # Room under the lowest point for the legend.
+    ax2.set_ylim(max(0, min(100 * r["test_accuracy"] for key in keys for r in result["runs"][key]["epochs"]) - 8),
+                 100)
+    ax2.grid(True, alpha=0.3)
+    ax2.legend(fontsize=8, loc="lower right")
+    titled(ax2, f"Held-out accuracy against time ({result['epochs']} epochs)", note)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--all-reduce", help="bench_all_reduce JSON")
     ap.add_argument("--run-overhead", help="bench_run_overhead JSON")
     ap.add_argument("--tf-compare", help="tf_compare.py JSON")
+    ap.add_argument("--e2e-digits", help="e2e_digits.py JSON")
     ap.add_argument("--out", default="docs/img", help="output folder (default: docs/img)")
     ap.add_argument("--note", default="", help="a line under every title")
     a = ap.parse_args()
@@ -156,12 +207,13 @@ def main():
     made = []
     for arg, fn, name in ((a.all_reduce, plot_all_reduce, "all_reduce.png"),
                           (a.run_overhead, plot_run_overhead, "run_overhead.png"),
-                          (a.tf_compare, plot_tf_compare, "tf_compare.png")):
+                          (a.tf_compare, plot_tf_compare, "tf_compare.png"),
+                          (a.e2e_digits, plot_e2e_digits, "e2e_digits.png")):
         if arg:
             fn(arg, out / name, a.note)
             made.append(str(out / name))
     if not made:
-        ap.error("give at least one of --all-reduce, --run-overhead, --tf-compare")
+        ap.error("give at least one of --all-reduce, --run-overhead, --tf-compare, --e2e-digits")
     print("plot.py: wrote " + ", ".join(made))
     return 0
 

@@ -13,6 +13,7 @@ With repetitions, the median aggregate of every counter is used; without, the si
 Python 3 standard library only.
 """
 import json
+import re
 import sys
 
 
@@ -32,12 +33,14 @@ def rows(path):
 
 
 def args_of(name):
-    """'BM_AllReduce/replicas:2/bytes:65536/manual_time_median' -> {'replicas': 2, 'bytes': 65536}"""
+    """'BM_AllReduce/replicas:2/bytes:65536/manual_time_median' -> {'replicas': 2, 'bytes': 65536}.
+    Without manual time the aggregate's suffix sticks to the last argument
+    ('BM_Crc32/kernel:0/bytes:262144_median'): only the leading integer counts."""
     parts = {}
     for p in name.split("/")[1:]:
         if ":" in p:
             k, v = p.split(":", 1)
-            parts[k] = int(v)
+            parts[k] = int(re.match(r"-?[0-9]+", v).group(0))
     return parts
 
 

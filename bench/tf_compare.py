@@ -12,7 +12,7 @@ threads), in one run of both:
 
 and writes one JSON file and one Markdown table, with the ratios mirrored / TF (below 1: mirrored
 is faster). The TF side runs in a virtual environment this script makes (PyPI tensorflow-cpu,
-pinned below) under ~/.cache/mirrored/ unless --venv says otherwise; the mirrored side is
+pinned in tf_venv.py) under ~/.cache/mirrored/ unless --venv says otherwise; the mirrored side is
 bench_tf_ops (Google Benchmark) from the release build.
 
     cmake --preset release && cmake --build --preset release --target bench_tf_ops
@@ -31,7 +31,8 @@ import sys
 import time
 from pathlib import Path
 
-TF_PACKAGE = "tensorflow-cpu==2.21.0"
+from tf_venv import TF_PACKAGE, default_venv, ensure_venv  # noqa: E402  (bench/, next to this file)
+
 REPO = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
 
@@ -112,25 +113,6 @@ def tf_worker(replica_counts, nbytes, reps, warmup):
 # ---------------------------------------------------------------------------------------------
 # The driver (system python3)
 # ---------------------------------------------------------------------------------------------
-
-def default_venv():
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return cache / "mirrored" / ("tf-venv-" + TF_PACKAGE.split("==")[1])
-
-
-def ensure_venv(venv):
-    py = venv / "bin" / "python"
-    ok = py.exists() and subprocess.run(
-        [str(py), "-c", "import tensorflow"], capture_output=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    ).returncode == 0
-    if ok:
-        return py
-    log(f"making the virtual environment {venv} with {TF_PACKAGE} (once; a few hundred MB)")
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", TF_PACKAGE],
-                   check=True)
-    return py
-
 
 def run_mirrored(binary, nbytes, reps, min_time):
     """Runs bench_tf_ops; returns rows like the TF worker's (mode 'mirrored')."""
@@ -218,7 +200,7 @@ def main():
         return 0
 
     venv = a.venv or default_venv()
-    py = ensure_venv(venv)
+    py = ensure_venv(venv, log)
     # One process per replica count: two MirroredStrategy objects in one TF process hand out the
     # same collective group keys, and the second one's all-reduce then fails.
     tf_result = {"rows": []}

@@ -4,7 +4,7 @@
 //
 //   train_digits [--devices CPU:0,CPU:1] [--epochs 20] [--global-batch 32] [--optimizer sgd|adam]
 //                [--learning-rate X] [--seed 0] [--data data/digits.csv.gz] [--save model.safetensors]
-//                [--strategy mirrored|multi_worker] [--timeline trace.json] [--verbose]
+//                [--strategy mirrored|multi_worker] [--timeline trace.json] [--verbose] [--eval-every-epoch]
 // (`--flag value` or `--flag=value`; `--help` lists them with their defaults.)
 //
 // --strategy multi_worker trains with MultiWorkerMirroredStrategy over the workers TF_CONFIG
@@ -13,6 +13,8 @@
 // of a multi-worker job writes its own file (trace.worker<k>.json).
 // --verbose prints, per replica device, what crossed between the host and the device during
 // training (bytes each way and host waits), in all and per step.
+// --eval-every-epoch prints the held-out accuracy after every epoch with the training loop's time so
+// far, and the training loop's examples per second at the end (bench/e2e_digits.py reads them).
 #include <unistd.h>
 
 #include <algorithm>
@@ -141,6 +143,8 @@ Args parse(int argc, char** argv) {
                       [](const std::string& v) { return v == "mirrored" || v == "multi_worker"; }));
   app.add_flag("--verbose", a.verbose,
                "Print the bytes between host and each replica device, and the host waits, per training step");
+  app.add_flag("--eval-every-epoch", a.cfg.eval_every_epoch,
+               "Print the held-out accuracy after every epoch and the training loop's time (evaluations excluded)");
   app.allow_extras();  // reported below, in the order given (CLI11 lists them reversed)
   try {
     app.parse(argc, argv);
@@ -185,6 +189,11 @@ void show(const digits::EpochReport& r, int epochs, bool tty) {
   } else if (r.done) {
     std::printf("epoch %d/%d: %lld steps, loss %.4f, %.0f examples/s\n", r.epoch, epochs,
                 static_cast<long long>(r.steps), r.mean_loss, r.examples_per_s);
+  }
+  if (r.done && r.test_accuracy >= 0) {
+    std::printf("  after epoch %d: held-out accuracy %.2f%%, loss %.6f, training loop %.6f s, wall %.6f s\n", r.epoch,
+                100 * r.test_accuracy, r.mean_loss, r.train_seconds, r.wall_seconds);
+    std::fflush(stdout);
   }
 }
 
@@ -238,6 +247,10 @@ int main(int argc, char** argv) {
     }
     std::printf("held-out accuracy: %.2f%% (%lld examples) after %d epochs in %.2f s\n", 100 * result.test_accuracy,
                 static_cast<long long>(split.test.size()), args.cfg.epochs, result.seconds);
+    if (args.cfg.eval_every_epoch)
+      std::printf("training loop: %lld examples in %.6f s, %.0f examples/s (evaluations excluded)\n",
+                  static_cast<long long>(result.examples), result.train_seconds,
+                  result.train_seconds > 0 ? static_cast<double>(result.examples) / result.train_seconds : 0.0);
     if (!args.save.empty() && strategy.extended().should_checkpoint()) {
       mirrored::checkpoint::VariableMap vars;
       for (const auto& v : result.variables) vars.emplace(v.name(), v);

@@ -12,13 +12,19 @@
 #
 # `--interop` also installs Debian's libtorch-dev (large: about 1 GB installed), which only
 # examples/interop needs (`make interop`); the Python and matplotlib steps are then skipped.
+#
+# `--ddp` also installs Debian's python3-torch (PyTorch for /usr/bin/python3, with Gloo; about
+# 570 MB installed on a machine without it), which only bench/e2e_digits.py's PyTorch DDP side
+# needs (`make bench-report`); everything else is installed as without it.
 set -euo pipefail
 
 interop=0
+ddp=0
 for arg in "$@"; do
   case "$arg" in
     --interop) interop=1 ;;
-    *) echo "install-deps: unknown argument '$arg' (usage: install-deps.sh [--interop])" >&2; exit 2 ;;
+    --ddp) ddp=1 ;;
+    *) echo "install-deps: unknown argument '$arg' (usage: install-deps.sh [--interop] [--ddp])" >&2; exit 2 ;;
   esac
 done
 
@@ -140,6 +146,9 @@ install_matplotlib() {
   return 0
 }
 
+if [ "$ddp" -eq 1 ]; then
+  packages+=(python3-torch)
+fi
 if [ "$interop" -eq 1 ]; then
   packages+=(libtorch-dev)
   install_debian_packages

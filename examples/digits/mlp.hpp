@@ -139,15 +139,15 @@ Forward<T> forward(const MlpParamsT<T>& p, const mirrored::Tensor<T>& x) {
 }
 
 template <class T>
-mirrored::Tensor<T> to_tensor(const Matrix<T>& m) {
-  auto t = mirrored::Tensor<T>::empty({m.rows(), m.cols()});
+mirrored::Tensor<T> to_tensor(const Matrix<T>& m, const mirrored::Device& d = mirrored::cpu0) {
+  auto t = mirrored::Tensor<T>::empty({m.rows(), m.cols()}, d);
   mirrored::as_matrix(t) = m;
   return t;
 }
 
 template <class T>
-mirrored::Tensor<T> to_tensor(const RowVector<T>& v) {
-  auto t = mirrored::Tensor<T>::empty({v.cols()});
+mirrored::Tensor<T> to_tensor(const RowVector<T>& v, const mirrored::Device& d = mirrored::cpu0) {
+  auto t = mirrored::Tensor<T>::empty({v.cols()}, d);
   mirrored::as_vector(t) = v.transpose();
   return t;
 }
@@ -205,7 +205,9 @@ struct MlpStepT {
 };
 using MlpStep = MlpStepT<float>;
 
-/// Forward and backward pass on a batch: `x` `(B, 64)`, `y` `(B,)` labels in 0..9.
+/// Forward and backward pass on a batch: `x` `(B, 64)`, `y` `(B,)` labels in 0..9. The loss and
+/// the gradients are on `x`'s device (host memory: `CPU:k`), so that a replica's gradients are its
+/// own without a copy.
 /// \throws mirrored::InvalidArgumentError for a wrong shape or a label outside 0..9; for tensors not
 /// in host memory.
 template <class T>
@@ -222,6 +224,7 @@ MlpStepT<T> mlp_loss_and_grads(const MlpParamsT<T>& params, const mirrored::Tens
   std::vector<T> loss(static_cast<std::size_t>(batch));
   Matrix<T> dlogits(batch, kMlpOutputs);
   int64_t correct = 0;
+  RowVector<T> e(kMlpOutputs);  // one row's exp(logits - max), allocated once
   for (Eigen::Index i = 0; i < batch; ++i) {
     const int32_t label = labels[static_cast<std::size_t>(i)];
     MIRRORED_ENFORCE(label >= 0 && label < kMlpOutputs, mirrored::InvalidArgumentError, "digits MLP: label ", label,
@@ -229,7 +232,7 @@ MlpStepT<T> mlp_loss_and_grads(const MlpParamsT<T>& params, const mirrored::Tens
     Eigen::Index arg = 0;
     const T max = f.logits.row(i).maxCoeff(&arg);
     correct += arg == label;
-    const RowVector<T> e = (f.logits.row(i).array() - max).exp().matrix();
+    e = (f.logits.row(i).array() - max).exp().matrix();
     const T sum = e.sum();
     loss[static_cast<std::size_t>(i)] = max + std::log(sum) - f.logits(i, label);
     dlogits.row(i) = e / sum;
@@ -240,12 +243,13 @@ MlpStepT<T> mlp_loss_and_grads(const MlpParamsT<T>& params, const mirrored::Tens
   const auto W2 = mirrored::as_matrix(params.w2);
   const Matrix<T> dz1 = ((dlogits * W2.transpose()).array() * (f.z1.array() > T(0)).template cast<T>()).matrix();
 
+  const mirrored::Device& device = x.device();
   MlpStepT<T> out;
-  out.per_example_loss = mirrored::Tensor<T>::from_vector(std::move(loss), {static_cast<int64_t>(batch)});
-  out.grads.w1 = mlp_detail::to_tensor<T>(Matrix<T>(X.transpose() * dz1));
-  out.grads.b1 = mlp_detail::to_tensor<T>(RowVector<T>(dz1.colwise().sum()));
-  out.grads.w2 = mlp_detail::to_tensor<T>(Matrix<T>(f.hidden.transpose() * dlogits));
-  out.grads.b2 = mlp_detail::to_tensor<T>(RowVector<T>(dlogits.colwise().sum()));
+  out.per_example_loss = mirrored::Tensor<T>::from_vector(std::move(loss), {static_cast<int64_t>(batch)}, device);
+  out.grads.w1 = mlp_detail::to_tensor<T>(Matrix<T>(X.transpose() * dz1), device);
+  out.grads.b1 = mlp_detail::to_tensor<T>(RowVector<T>(dz1.colwise().sum()), device);
+  out.grads.w2 = mlp_detail::to_tensor<T>(Matrix<T>(f.hidden.transpose() * dlogits), device);
+  out.grads.b2 = mlp_detail::to_tensor<T>(RowVector<T>(dlogits.colwise().sum()), device);
   out.correct = correct;
   return out;
 }

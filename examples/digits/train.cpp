@@ -1,6 +1,8 @@
 // digits::train, compiled once: the example, the digits tests and the GPU tests all link it.
 #include "digits/train.hpp"
 
+#include <cstring>
+
 #include <mirrored/gradient_buckets.hpp>
 
 #include "digits/device_mlp.hpp"
@@ -44,9 +46,13 @@ TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainCo
   // host and sends its gradients back to its device).
   auto on_host = [](const auto& t) { return t.device().is_host() ? t : t.to(cpu0); };
 
-  // One step on one replica: gradients of (sum of its losses) / global batch, all-reduced in
-  // buckets (the last layer's first, as a backward pass produces them), then the fused update
-  // without reducing again; returns its loss sum (a scalar on its device).
+  // One step on one replica: gradients of (sum of its losses) / global batch, all-reduced, then
+  // the fused update; returns its loss sum (a scalar on its device). On a device replica the
+  // gradients are all-reduced in buckets (the last layer's first, as a backward pass produces them)
+  // while its kernels may still run, and the update does not reduce again. On a host replica the
+  // gradients all exist once the Eigen backward pass returns, so buckets would overlap nothing:
+  // they are scaled in place and the optimizer all-reduces them in one packed collective on the
+  // replica thread (no hand-off to a communication thread; the same sums, bit for bit).
   using Batch = std::tuple<Tensor<float>, Tensor<int32_t>>;
   auto step_fn = [&](const Batch& batch, int64_t global) {
     const auto& [x, y] = batch;
@@ -64,8 +70,18 @@ TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainCo
       MlpStep s = mlp_loss_and_grads(p, on_host(x), on_host(y));
       g = s.grads.tensors();
       double sum = 0;
-      for (float l : s.per_example_loss.to_vector()) sum += l;
+      const float* l = s.per_example_loss.data();
+      for (int64_t i = 0; i < s.per_example_loss.numel(); ++i) sum += l[i];
       loss = Tensor<double>::scalar(sum);
+    }
+    optimizers::GradsAndVars<float> gv;
+    if (device.is_host()) {
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        as_vector(g[i]) /= static_cast<float>(global);  // fresh tensors of this step: scaled where they are
+        gv.emplace_back(std::move(g[i]), vars[i]);
+      }
+      opt->apply_gradients(gv);
+      return loss;
     }
     GradientBuckets<float> buckets;
     for (std::size_t i = g.size(); i-- > 0;) {
@@ -73,20 +89,44 @@ TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainCo
       buckets.push(grad.device() == device ? grad : grad.to(device));
     }
     const std::vector<Tensor<float>> reduced = buckets.finish();
-    optimizers::GradsAndVars<float> gv;
     for (std::size_t i = 0; i < g.size(); ++i) gv.emplace_back(reduced[g.size() - 1 - i], vars[i]);
     opt->apply_gradients(gv, /*skip_gradients_aggregation=*/true);
     return loss;
   };
 
   // The input pipeline shuffles the training set anew each epoch (the same orders for any
-  // replica count) and cuts each global batch into the replicas' slices, one step ahead.
-  const auto dataset = data::Dataset<>::from_tensor_slices(data.train.features, data.train.labels)
+  // replica count) and cuts each global batch into the replicas' slices, one step ahead. It
+  // shuffles and batches row numbers and gathers each batch's rows in one `map`: the same batches
+  // as shuffling and batching the rows themselves (`from_tensor_slices(features, labels)`), without
+  // a pair of tensors per row.
+  const float* train_x = data.train.features.data();
+  const int32_t* train_y = data.train.labels.data();
+  const auto dataset = data::Dataset<>::range(train_n)
                            .shuffle(train_n, cfg.seed)
-                           .batch(cfg.global_batch);
+                           .batch(cfg.global_batch)
+                           .map([train_x, train_y](const Tensor<int64_t>& rows) {
+                             const int64_t b = rows.numel();
+                             auto x = Tensor<float>::empty({b, kFeatures});
+                             auto y = Tensor<int32_t>::empty({b});
+                             const int64_t* r = rows.data();
+                             for (int64_t i = 0; i < b; ++i) {
+                               std::memcpy(x.data() + i * kFeatures, train_x + r[i] * kFeatures,
+                                           sizeof(float) * kFeatures);
+                               y.data()[i] = train_y[r[i]];
+                             }
+                             return std::make_tuple(x, y);
+                           });
   const auto dist = strategy.experimental_distribute_dataset(dataset);
+  auto evaluate = [&] {
+    const MlpParams p{on_host(vars[0].value()), on_host(vars[1].value()), on_host(vars[2].value()),
+                      on_host(vars[3].value())};
+    return mlp_accuracy(p, data.test.features, data.test.labels);
+  };
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const auto first_epoch_start = Clock::now();
   for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
-    const auto epoch_start = std::chrono::steady_clock::now();
+    const auto epoch_start = Clock::now();
     double loss_sum = 0;
     int64_t seen = 0, step = 0;
     for (const PerReplica<Batch>& batch : dist) {
@@ -102,16 +142,25 @@ TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainCo
                        " (diverged; try a smaller learning rate)");
       loss_sum += step_loss;
       seen += b;
-      if (report) {
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
-        report({epoch, step, steps, loss_sum / static_cast<double>(seen), secs > 0 ? seen / secs : 0, step == steps});
+      if (report && step < steps) {
+        const double secs = seconds_since(epoch_start);
+        report({epoch, step, steps, loss_sum / static_cast<double>(seen), secs > 0 ? seen / secs : 0, false});
       }
     }
+    // The epoch's pass is over (its input thread stopped): the training loop's time ends here.
+    const double epoch_seconds = seconds_since(epoch_start);
+    result.train_seconds += epoch_seconds;
+    result.examples += seen;
     result.final_loss = loss_sum / static_cast<double>(seen);
+    if (report) {
+      EpochReport last{epoch, step, steps, result.final_loss, epoch_seconds > 0 ? seen / epoch_seconds : 0, true};
+      if (cfg.eval_every_epoch) last.test_accuracy = evaluate();
+      last.train_seconds = result.train_seconds;
+      last.wall_seconds = seconds_since(first_epoch_start);
+      if (report) report(last);
+    }
   }
-  MlpParams trained{on_host(vars[0].value()), on_host(vars[1].value()), on_host(vars[2].value()),
-                    on_host(vars[3].value())};
-  result.test_accuracy = mlp_accuracy(trained, data.test.features, data.test.labels);
+  result.test_accuracy = evaluate();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

@@ -34,6 +34,9 @@ struct TrainConfig {
   double learning_rate = 0;       // 0: the optimizer's default here (sgd 0.5, adam 0.01)
   uint64_t seed = 0;
   double test_fraction = 0.2;
+  /// Evaluate the held-out set after every epoch (EpochReport::test_accuracy of the epoch's last
+  /// report); outside the training loop's time.
+  bool eval_every_epoch = false;
 };
 
 /// What one epoch reports (for progress output).
@@ -42,14 +45,20 @@ struct EpochReport {
   int64_t step = 0, steps = 0;
   double mean_loss = 0;  // mean per-example loss of the epoch so far
   double examples_per_s = 0;
-  bool done = false;  // last step of the epoch
+  bool done = false;  // last step of the epoch (reported once the epoch's pass is over)
+  // Only in the last report of an epoch (done):
+  double test_accuracy = -1;  // held-out accuracy after the epoch with TrainConfig::eval_every_epoch, else -1
+  double train_seconds = 0;   // the training loop so far: every epoch's steps, input included, evaluations excluded
+  double wall_seconds = 0;    // since the first epoch began, evaluations included
 };
 
 struct TrainResult {
   std::vector<mirrored::Variable<float>> variables;  // dense/kernel, dense/bias, dense_1/kernel, dense_1/bias
   double test_accuracy = 0;
   double final_loss = 0;
-  double seconds = 0;
+  double seconds = 0;        // all of train(): building the model and the final evaluation included
+  double train_seconds = 0;  // the training loop only (as EpochReport::train_seconds)
+  int64_t examples = 0;      // examples trained on, over all epochs
 };
 
 /// Trains for `cfg.epochs` epochs; `report` is called after every step.
