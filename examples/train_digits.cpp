@@ -4,7 +4,8 @@
 //
 //   train_digits [--devices CPU:0,CPU:1] [--epochs 20] [--global-batch 32] [--optimizer sgd|adam]
 //                [--learning-rate X] [--seed 0] [--data data/digits.csv.gz] [--save model.safetensors]
-//                [--strategy mirrored|multi_worker] [--timeline trace.json] [--verbose] [--eval-every-epoch]
+//                [--strategy mirrored|multi_worker] [--timeline trace.json] [--verbose]
+//                [--shard-optimizer-state] [--compression none|fp16|bf16] [--eval-every-epoch] [--eval-every-epoch]
 // (`--flag value` or `--flag=value`; `--help` lists them with their defaults.)
 //
 // --strategy multi_worker trains with MultiWorkerMirroredStrategy over the workers TF_CONFIG
@@ -143,6 +144,14 @@ Args parse(int argc, char** argv) {
                       [](const std::string& v) { return v == "mirrored" || v == "multi_worker"; }));
   app.add_flag("--verbose", a.verbose,
                "Print the bytes between host and each replica device, and the host waits, per training step");
+  app.add_flag("--shard-optimizer-state", a.cfg.shard_optimizer_state,
+               "Keep each replica's slice of the optimizer's slots only (the same weights, 1/N of the state)");
+  std::string compression = "none";
+  app.add_option("--compression", compression,
+                 dflt("How gradients cross workers: none, fp16 or bf16 (--strategy multi_worker)", compression))
+      ->type_name("NAME")
+      ->check(must_be("must be none, fp16 or bf16",
+                      [](const std::string& v) { return v == "none" || v == "fp16" || v == "bf16"; }));
   app.add_flag("--eval-every-epoch", a.cfg.eval_every_epoch,
                "Print the held-out accuracy after every epoch and the training loop's time (evaluations excluded)");
   app.allow_extras();  // reported below, in the order given (CLI11 lists them reversed)
@@ -153,6 +162,9 @@ Args parse(int argc, char** argv) {
           extra[0].rfind('-', 0) == 0 ? "unknown flag " + extra[0] : "unexpected argument '" + extra[0] + "'",
           CLI::ExitCodes::ExtrasError);
     }
+    a.cfg.compression = compression == "fp16"   ? mirrored::Compression::FP16
+                        : compression == "bf16" ? mirrored::Compression::BF16
+                                                : mirrored::Compression::NONE;
     if (devices.empty()) {
       // All GPUs, else two CPU replicas.
       for (const auto& d : mirrored::list_logical_devices(mirrored::DeviceType::GPU))

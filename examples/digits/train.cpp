@@ -25,13 +25,16 @@ TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainCo
       result.variables.emplace_back(tensors[i], VariableOptions{.name = names[i]});
     if (cfg.optimizer == "adam") {
       opt = std::make_unique<optimizers::Adam<float>>(
-          optimizers::AdamOptions{.learning_rate = cfg.learning_rate > 0 ? cfg.learning_rate : 0.01});
+          optimizers::AdamOptions{.learning_rate = cfg.learning_rate > 0 ? cfg.learning_rate : 0.01,
+                                  .shard_optimizer_state = cfg.shard_optimizer_state});
     } else if (cfg.optimizer == "sgd") {
       opt = std::make_unique<optimizers::SGD<float>>(
-          optimizers::SGDOptions{.learning_rate = cfg.learning_rate > 0 ? cfg.learning_rate : 0.5});
+          optimizers::SGDOptions{.learning_rate = cfg.learning_rate > 0 ? cfg.learning_rate : 0.5,
+                                 .shard_optimizer_state = cfg.shard_optimizer_state});
     } else {
       throw InvalidArgumentError("--optimizer must be sgd or adam, got '" + cfg.optimizer + "'");
     }
+    opt->communication.compression = cfg.compression;
     opt->build(result.variables);
   }
   MIRRORED_ENFORCE(cfg.global_batch >= n, InvalidArgumentError, "global batch ", cfg.global_batch,
@@ -83,7 +86,7 @@ TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainCo
       opt->apply_gradients(gv);
       return loss;
     }
-    GradientBuckets<float> buckets;
+    GradientBuckets<float> buckets(ReduceOp::SUM, opt->communication);
     for (std::size_t i = g.size(); i-- > 0;) {
       const Tensor<float> grad = g[i] / static_cast<float>(global);
       buckets.push(grad.device() == device ? grad : grad.to(device));

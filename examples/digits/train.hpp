@@ -37,6 +37,10 @@ struct TrainConfig {
   /// Evaluate the held-out set after every epoch (EpochReport::test_accuracy of the epoch's last
   /// report); outside the training loop's time.
   bool eval_every_epoch = false;
+  /// The optimizer keeps each replica's slice of its slots only (shard_optimizer_state).
+  bool shard_optimizer_state = false;
+  /// How the gradients cross workers (CommunicationOptions::compression).
+  mirrored::Compression compression = mirrored::Compression::NONE;
 };
 
 /// What one epoch reports (for progress output).

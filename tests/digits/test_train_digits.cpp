@@ -14,7 +14,8 @@ const digits::Split& data() {
   return split;
 }
 
-std::vector<std::vector<float>> train_weights(int replicas, const std::string& optimizer, double* accuracy = nullptr) {
+std::vector<std::vector<float>> train_weights(int replicas, const std::string& optimizer, double* accuracy = nullptr,
+                                              bool sharded = false) {
   std::vector<std::string> devices;
   for (int r = 0; r < replicas; ++r) devices.push_back("CPU:" + std::to_string(r));
   mirrored::MirroredStrategy s(devices);
@@ -23,6 +24,7 @@ std::vector<std::vector<float>> train_weights(int replicas, const std::string& o
   cfg.global_batch = 30;  // 1438 / 30 leaves a partial final batch of 28 rows
   cfg.optimizer = optimizer;
   cfg.seed = 7;
+  cfg.shard_optimizer_state = sharded;
   const auto result = digits::train(s, data(), cfg);
   if (accuracy) *accuracy = result.test_accuracy;
   std::vector<std::vector<float>> out;
@@ -56,6 +58,13 @@ TEST(TrainDigits, OneTwoAndFourReplicasTrainToTheSameWeights) {
     expect_close(one, train_weights(2, opt), opt);
     expect_close(one, train_weights(4, opt), opt);
   }
+}
+
+// --shard-optimizer-state: each replica keeps its slice of the slots, and the weights are the same
+// bits as without it.
+TEST(TrainDigits, ShardedOptimizerStateTrainsToTheSameBits) {
+  for (const char* opt : {"sgd", "adam"})
+    for (int replicas : {2, 3}) EXPECT_EQ(train_weights(replicas, opt), train_weights(replicas, opt, nullptr, true)) << opt;
 }
 
 TEST(TrainDigits, LearnsTheHeldOutSet) {
