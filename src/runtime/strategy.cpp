@@ -1,6 +1,7 @@
 #include "mirrored/strategy.hpp"
 
 #include <algorithm>
+#include <thread>
 #include <atomic>
 
 #include "collectives/collective_helpers.hpp"
@@ -102,10 +103,13 @@ void Strategy::start_replica_threads() {
       int parts;
       std::mutex mu;
       std::exception_ptr error;
-    } call{&fn, rt->pool->size(), {}, nullptr};
+    } call{&fn, std::min(rt->pool->size(), static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))), {},
+           nullptr};
     rt->pool->execute(
         [](void* c, int part) noexcept {
           auto* call = static_cast<Call*>(c);
+          // No more parts than cores: two parts on one core would only take turns at its caches.
+          if (part >= call->parts) return;
           try {
             (*call->fn)(part, call->parts);
           } catch (...) {

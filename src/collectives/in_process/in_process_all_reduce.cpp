@@ -23,9 +23,9 @@ void InProcessAllReduce::reduce(ReduceOp op, const std::vector<detail::UntypedTe
 
 void InProcessAllReduce::reduce_part(ReduceOp op, const std::vector<detail::UntypedTensor>& per_replica,
                                      const detail::UntypedTensor& out, int part, int parts) {
-  bool host = out.device().is_host();
-  for (const auto& t : per_replica) host = host && t.device().is_host();
-  if (!host) {
+  bool all_host = out.device().is_host();
+  for (const auto& t : per_replica) all_host = all_host && t.device().is_host();
+  if (!all_host) {
     CrossDeviceOps::reduce_part(op, per_replica, out, part, parts);
     return;
   }
@@ -36,11 +36,31 @@ void InProcessAllReduce::reduce_part(ReduceOp op, const std::vector<detail::Unty
   const int64_t begin = std::min(out.numel, per * part);
   const int64_t end = std::min(out.numel, begin + per);
   if (begin == end) return;
-  std::vector<const void*> ptrs;
-  for (const auto& t : per_replica) ptrs.push_back(static_cast<const unsigned char*>(t.data()) + begin * elem);
-  detail::backend_for(cpu0).sum_n_mean(out.dtype, ptrs.data(), static_cast<int>(ptrs.size()),
-                                       static_cast<unsigned char*>(out.data()) + begin * elem, end - begin,
-                                       op == ReduceOp::MEAN ? static_cast<int64_t>(per_replica.size()) : 0);
+  const int n = static_cast<int>(per_replica.size());
+  const int64_t mean = op == ReduceOp::MEAN ? n : 0;
+  auto& host = detail::backend_for(cpu0);
+  std::vector<const void*> ptrs(per_replica.size());
+  auto* dst = static_cast<unsigned char*>(out.data());
+  if (out.bytes() < detail::in_process::kStreamMinBytes) {
+    for (int r = 0; r < n; ++r) ptrs[r] = static_cast<const unsigned char*>(per_replica[r].data()) + begin * elem;
+    host.sum_n_mean(out.dtype, ptrs.data(), n, dst + begin * elem, end - begin, mean);
+    return;
+  }
+  // A result too large to stay cached: each block is summed in a cached scratch block and written
+  // around the cache, so the output costs one write, not a read for ownership and a write.
+  // Larger than the all-reduce's blocks: a block here is written once, not copied to every replica
+  // while in cache, and at 4 replicas 64 KiB streams read the inputs faster (12-13.5 ms instead of
+  // 14-15 ms for 64 MiB on the 2-vCPU VM).
+  constexpr std::size_t kScratch = 65536;
+  alignas(64) unsigned char scratch[kScratch];
+  const auto block = static_cast<int64_t>(kScratch / elem);
+  for (int64_t b = begin; b < end; b += block) {
+    const int64_t len = std::min(block, end - b);
+    for (int r = 0; r < n; ++r) ptrs[r] = static_cast<const unsigned char*>(per_replica[r].data()) + b * elem;
+    host.sum_n_mean(out.dtype, ptrs.data(), n, scratch, len, mean);
+    detail::stream_copy(dst + b * elem, scratch, static_cast<std::size_t>(len) * elem);
+  }
+  detail::stream_fence();  // before the caller reads what the other parts wrote
 }
 
 using detail::in_process::kBlockBytes;
