@@ -26,12 +26,23 @@
 //   vs_empty     allreduce_ms / run_ms: what a collective adds to an empty run (small sizes: the
 //                rendezvous)
 //
+// BM_CrossReplica: the cross-replica calls at the memory limit (issue 26), 64 MiB per replica.
+//   reduce      strategy.reduce(SUM, per_replica, axis=None): reads N·S, writes S on the host. Its
+//               floor is (N + 1) / 2N of the all-reduce of the same values timed in the same
+//               iteration (which reads and writes N·S); reduce_vs_floor = (reduce / all-reduce) /
+//               floor (target <= 1.15).
+//   gather      strategy.gather(per_replica, 0): reads N·S, writes N·S on the host.
+//   copy        (gather's anchor, the same traffic) a run in which every replica copies its value
+//               into its place of a preallocated host buffer with memcpy; gather_ratio = copy / gather.
+//
 // Pass --benchmark_filter=... as usual; see bench/README.md.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <optional>
 #include <map>
 #include <memory>
 #include <string>
@@ -153,6 +164,73 @@ void BM_AllReduce(benchmark::State& state) {
   state.SetLabel("N=" + std::to_string(n) + " S=" +
                  (bytes >= (1 << 20) ? std::to_string(bytes >> 20) + "MiB" : std::to_string(bytes >> 10) + "KiB"));
 }
+
+void BM_CrossReplica(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const int64_t bytes = state.range(1);
+  const int64_t numel = bytes / static_cast<int64_t>(sizeof(float));
+  MirroredStrategy& strategy = strategy_for(n);
+  std::vector<Tensor<float>> inputs;
+  for (int r = 0; r < n; ++r)
+    inputs.push_back(
+        Tensor<float>::full({numel}, static_cast<float>(r + 1), Device::parse("CPU:" + std::to_string(r))));
+  const mirrored::PerReplica<Tensor<float>> per_replica(inputs);
+  Tensor<float> gathered_by_hand = Tensor<float>::zeros({numel * n});
+  auto all_reduce_fn = [](const Tensor<float>& x) {
+    Tensor<float> out = mirrored::get_replica_context()->all_reduce(ReduceOp::SUM, x);
+    benchmark::DoNotOptimize(out.data());
+  };
+  auto copy_fn = [&](const Tensor<float>& x) {
+    const int r = mirrored::get_replica_context()->replica_id_in_sync_group();
+    std::memcpy(gathered_by_hand.data() + r * numel, x.data(), x.bytes());
+    benchmark::ClobberMemory();
+  };
+  // Sanity check (not timed).
+  {
+    const Tensor<float> sum = strategy.reduce(ReduceOp::SUM, per_replica, std::nullopt);
+    const Tensor<float> all = strategy.gather(per_replica, 0);
+    const float expect = static_cast<float>(n) * static_cast<float>(n + 1) / 2.0f;
+    if (sum.data()[0] != expect || sum.data()[numel - 1] != expect || all.data()[numel * n - 1] != float(n)) {
+      state.SkipWithError("reduce or gather returned a wrong value");
+      return;
+    }
+  }
+  double t_sum[4] = {0, 0, 0, 0};  // all-reduce, reduce, gather, copy
+  int64_t iters = 0;
+  for (auto _ : state) {
+    double t[4] = {0, 0, 0, 0};
+    for (int k = 0; k < 4; ++k) {
+      const int which = static_cast<int>((iters + k) % 4);
+      const auto t0 = Clock::now();
+      switch (which) {
+        case 0: strategy.run(all_reduce_fn, per_replica); break;
+        case 1: benchmark::DoNotOptimize(strategy.reduce(ReduceOp::SUM, per_replica, std::nullopt).data()); break;
+        case 2: benchmark::DoNotOptimize(strategy.gather(per_replica, 0).data()); break;
+        default: strategy.run(copy_fn, per_replica); break;
+      }
+      t[which] = seconds(Clock::now() - t0);
+    }
+    state.SetIterationTime(t[1]);
+    for (int k = 0; k < 4; ++k) t_sum[k] += t[k];
+    ++iters;
+  }
+  const double it = static_cast<double>(iters);
+  const double floor = (n + 1.0) / (2.0 * n);
+  state.counters["allreduce_ms"] = t_sum[0] / it * 1e3;
+  state.counters["reduce_ms"] = t_sum[1] / it * 1e3;
+  state.counters["gather_ms"] = t_sum[2] / it * 1e3;
+  state.counters["copy_ms"] = t_sum[3] / it * 1e3;
+  state.counters["reduce_vs_ar"] = t_sum[1] / t_sum[0];
+  state.counters["reduce_floor"] = floor;
+  state.counters["reduce_vs_floor"] = t_sum[1] / t_sum[0] / floor;
+  state.counters["gather_ratio"] = t_sum[3] / t_sum[2];
+}
+
+BENCHMARK(BM_CrossReplica)
+    ->ArgNames({"replicas", "bytes"})
+    ->ArgsProduct({{2, 4}, {64 << 20}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_AllReduce)
     ->ArgNames({"replicas", "bytes"})

@@ -77,14 +77,30 @@ def run_table(benches):
 
 
 def apply_gradients_table(benches):
-    print("| tensors | anchor ms | reduce packed | reduce unpacked | apply packed | apply unpacked |")
-    print("|---|---|---|---|---|---|")
+    print("| N | tensors | anchor ms | reduce packed | SGD (floor) | SGD unpacked | Adam (floor) "
+          "| Adam sharded (floor) | worst / floor | Adam state sharded/unsharded |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for b in benches:
         if not b["name"].startswith("BM_ApplyGradients"):
             continue
-        tensors = b["name"].split("/")[1]
-        print(f"| {tensors} | {b['anchor_ms']:.3g} | {b['reduce_pk']:.2f} | {b['reduce_un']:.2f} "
-              f"| {b['apply_pk']:.2f} | {b['apply_un']:.2f} |")
+        a = args_of(b["name"])
+        worst = max(b["sgd_vs_floor"], b["adam_vs_floor"], b["adam_sh_vs_floor"])
+        print(f"| {a['replicas']} | {a['tensors']} | {b['anchor_ms']:.3g} | {b['reduce_pk']:.2f} "
+              f"| {b['sgd']:.2f} ({b['sgd_floor']:.2f}) | {b['sgd_un']:.2f} | {b['adam']:.2f} ({b['adam_floor']:.2f}) "
+              f"| {b['adam_sh']:.2f} ({b['adam_sh_floor']:.2f}) | {worst:.2f} | {b['adam_state']:.2f} |")
+
+
+def cross_replica_table(benches):
+    print("| N | size/replica | all-reduce ms | reduce ms | reduce / all-reduce (floor) | reduce / floor "
+          "| gather ms | copy ms | copy / gather |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for b in benches:
+        if not b["name"].startswith("BM_CrossReplica"):
+            continue
+        a = args_of(b["name"])
+        print(f"| {a['replicas']} | {size_str(a['bytes'])} | {b['allreduce_ms']:.3g} | {b['reduce_ms']:.3g} "
+              f"| {b['reduce_vs_ar']:.2f} ({b['reduce_floor']:.2f}) | {b['reduce_vs_floor']:.2f} "
+              f"| {b['gather_ms']:.3g} | {b['copy_ms']:.3g} | {b['gather_ratio']:.2f} |")
 
 
 def input_pipeline_tables(benches):
@@ -148,6 +164,8 @@ def main(paths):
               f"load {ctx.get('load_avg', '?')} -->")
         if any(b["name"].startswith("BM_AllReduce") for b in benches):
             all_reduce_table(benches)
+        if any(b["name"].startswith("BM_CrossReplica") for b in benches):
+            cross_replica_table(benches)
         if any(b["name"].startswith("BM_RunOverhead") for b in benches):
             run_table(benches)
         if any(b["name"].startswith("BM_ApplyGradients") for b in benches):

@@ -2,6 +2,7 @@
 // Private: the building blocks of device-independent collectives, shared by every CrossDeviceOps
 // (ReductionToOneDevice, HierarchicalCopyAllReduce, and the host fallbacks of the others).
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -10,6 +11,13 @@
 #include "mirrored/reduce_op.hpp"
 
 namespace mirrored::detail {
+
+/// Part `part` of `parts` of a piece of work.
+using PartFn = std::function<void(int part, int parts)>;
+/// Runs `fn` on idle threads (the replicas' pool), every part at once, and returns true (an
+/// exception of a part is rethrown); or returns false, having run nothing, when there are none
+/// idle now. The runtime gives the collective plan one; empty: everything on the calling thread.
+using Parallel = std::function<bool(const PartFn& fn)>;
 
 /// Sums `parts` in the given order on `device` into `out` (which may alias a part; it may live on
 /// another device), dividing by `mean_divisor` when it is > 0. Parts on other devices are staged
@@ -49,7 +57,10 @@ void gather_into_own_outputs(int axis, CollectiveStep& step);
 /// off `axis`, and for an axis out of range.
 Shape concat_shape(const char* op, const std::vector<const Shape*>& shapes, int& axis);
 
-/// Concatenates `parts` (equal rank, equal dims except `axis`) along `axis` into `out`.
-void concat_into(const std::vector<const UntypedTensor*>& parts, int axis, const UntypedTensor& out);
+/// Concatenates `parts` (equal rank, equal dims except `axis`) along `axis` into `out`. A large
+/// concatenation of host parts along the first axis (or one whose earlier axes are all 1) is split
+/// over `parallel`'s threads, the parts' bytes written around the cache.
+void concat_into(const std::vector<const UntypedTensor*>& parts, int axis, const UntypedTensor& out,
+                 const Parallel& parallel = {});
 
 }  // namespace mirrored::detail

@@ -433,7 +433,7 @@ void CollectivePlan::reduce_locally(ReduceOp op, const std::vector<UntypedTensor
 }
 
 UntypedTensor CollectivePlan::gather(const std::vector<UntypedTensor>& parts, int axis, const Deadline& deadline) {
-  return failing_job_on_error([&] { return stage_->gather(parts, axis, deadline); });
+  return failing_job_on_error([&] { return stage_->gather(parts, axis, deadline, parallel_); });
 }
 
 void CollectivePlan::broadcast(UntypedTensor& value, const Deadline& deadline) {

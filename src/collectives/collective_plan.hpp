@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "collectives/collective_group.hpp"
+#include "collectives/collective_helpers.hpp"
 #include "collectives/worker_stage.hpp"
 #include "mirrored/collective_step.hpp"
 #include "mirrored/cross_device_ops.hpp"
@@ -64,12 +65,8 @@ class CollectivePlan {
   /// The cross-worker stage of a multi-worker strategy (before any collective).
   void set_stage(std::shared_ptr<WorkerStage> stage);
 
-  /// Part `part` of `parts` of a piece of work.
-  using PartFn = std::function<void(int part, int parts)>;
-  /// Runs `fn` on idle threads (the replicas' pool), every part at once, and returns true (an
-  /// exception of a part is rethrown); or returns false, having run nothing, when there are none
-  /// idle now. The runtime sets it; without it everything runs on the calling thread.
-  using Parallel = std::function<bool(const PartFn& fn)>;
+  /// Idle threads for large cross-replica reductions and gathers (the runtime's replica pool);
+  /// without it everything runs on the calling thread.
   void set_parallel(Parallel parallel) { parallel_ = std::move(parallel); }
 
   /// An asynchronous all-reduce may write its outputs over its inputs.

@@ -29,7 +29,8 @@ void LocalStage::all_gather(int axis, CrossDeviceOps& local, CollectiveStep& ste
   local.all_gather(a, step);
 }
 
-UntypedTensor LocalStage::gather(const std::vector<UntypedTensor>& parts, int axis, const Deadline& /*deadline*/) {
+UntypedTensor LocalStage::gather(const std::vector<UntypedTensor>& parts, int axis, const Deadline& /*deadline*/,
+                                 const Parallel& parallel) {
   std::vector<const Shape*> shapes;
   for (const auto& p : parts) shapes.push_back(&p.shape);
   int a = axis;
@@ -37,7 +38,7 @@ UntypedTensor LocalStage::gather(const std::vector<UntypedTensor>& parts, int ax
   UntypedTensor out = make_untyped(parts[0].dtype, out_shape, cpu0);
   std::vector<const UntypedTensor*> ptrs;
   for (const auto& p : parts) ptrs.push_back(&p);
-  concat_into(ptrs, a, out);
+  concat_into(ptrs, a, out, parallel);
   return out;
 }
 

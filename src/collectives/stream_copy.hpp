@@ -12,6 +12,11 @@
 
 namespace mirrored::detail {
 
+/// Per replica and collective: at this size the results no longer fit a typical last-level cache
+/// share, so caching them on the way out only costs bandwidth; they are written with streaming
+/// stores instead.
+inline constexpr std::size_t kStreamMinBytes = std::size_t{8} << 20;
+
 /// Copies `bytes` from `src` to `dst`, the 16-byte-aligned body with streaming stores where the
 /// CPU has them (memcpy elsewhere). Call `stream_fence()` before another thread reads `dst`.
 inline void stream_copy(void* dst, const void* src, std::size_t bytes) noexcept {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/collective_helpers.hpp"
 #include "mirrored/collective_step.hpp"
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/deadline.hpp"
@@ -73,9 +74,11 @@ class WorkerStage {
   virtual void sum(std::vector<UntypedTensor>& tensors, std::vector<int64_t>& counts, const Deadline& deadline) = 0;
 
   /// Cross-replica context: the concatenation along `axis` (negative counts from the end) of every
-  /// worker's `local_parts` (one per local replica), in global replica order, on the host.
-  /// \throws InvalidArgumentError (as `Strategy::gather`) naming global replica indices.
-  virtual UntypedTensor gather(const std::vector<UntypedTensor>& local_parts, int axis, const Deadline& deadline) = 0;
+  /// worker's `local_parts` (one per local replica), in global replica order, on the host; the
+  /// local concatenation may use `parallel`'s threads. \throws InvalidArgumentError (as
+  /// `Strategy::gather`) naming global replica indices.
+  virtual UntypedTensor gather(const std::vector<UntypedTensor>& local_parts, int axis, const Deadline& deadline,
+                               const Parallel& parallel) = 0;
 
   /// Replaces `value` with the chief's (same dtype and shape on every worker, checked).
   virtual void broadcast(UntypedTensor& value, const Deadline& deadline) = 0;
@@ -101,7 +104,8 @@ class LocalStage final : public WorkerStage {
                   std::vector<UntypedTensor>& outs) override;
   void agree(const std::string&, const std::function<std::string()>&, const Deadline&) override {}
   void sum(std::vector<UntypedTensor>&, std::vector<int64_t>&, const Deadline&) override {}
-  UntypedTensor gather(const std::vector<UntypedTensor>& local_parts, int axis, const Deadline& deadline) override;
+  UntypedTensor gather(const std::vector<UntypedTensor>& local_parts, int axis, const Deadline& deadline,
+                       const Parallel& parallel) override;
   void broadcast(UntypedTensor&, const Deadline&) override {}
   void local_failure(const std::exception_ptr&) noexcept override {}
 };

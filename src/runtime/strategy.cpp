@@ -1,7 +1,6 @@
 #include "mirrored/strategy.hpp"
 
 #include <algorithm>
-#include <thread>
 #include <atomic>
 
 #include "collectives/collective_helpers.hpp"
@@ -95,21 +94,18 @@ void Strategy::start_replica_threads() {
   // (one core's memory bandwidth is a fraction of the machine's). Inside a run (merge_fn, on a
   // replica thread) or beside another thread's run the lock is taken: the caller's thread does it
   // alone.
-  rt_->plan.set_parallel([rt = rt_.get()](const detail::CollectivePlan::PartFn& fn) {
+  rt_->plan.set_parallel([rt = rt_.get()](const detail::PartFn& fn) {
     std::unique_lock lock(rt->run_mu, std::try_to_lock);
     if (!lock.owns_lock()) return false;
     struct Call {
-      const detail::CollectivePlan::PartFn* fn;
+      const detail::PartFn* fn;
       int parts;
       std::mutex mu;
       std::exception_ptr error;
-    } call{&fn, std::min(rt->pool->size(), static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))), {},
-           nullptr};
+    } call{&fn, rt->pool->size(), {}, nullptr};
     rt->pool->execute(
         [](void* c, int part) noexcept {
           auto* call = static_cast<Call*>(c);
-          // No more parts than cores: two parts on one core would only take turns at its caches.
-          if (part >= call->parts) return;
           try {
             (*call->fn)(part, call->parts);
           } catch (...) {

@@ -75,6 +75,31 @@ TEST_P(ReduceTest, LargeReductionsAreExactWhetherSplitOrNot) {
   for (int r = 0; r < n(); ++r) EXPECT_EQ(inside[r], 0) << "replica " << r;
 }
 
+// A gather of more than 1 MiB copies the parts on the idle replica threads (written around the
+// cache past 8 MiB): every part lands whole in its place, uneven sizes and an empty part
+// included; along another axis, or inside merge_fn, the caller copies.
+TEST_P(ReduceTest, LargeGathersPutEveryPartInItsPlace) {
+  MirroredStrategy s(cpus(n()));
+  auto rows_of = [](int r) { return int64_t{r == 1 ? 0 : (r + 1) * 300001}; };  // replica 1: no rows
+  auto v = per_replica(s, [&](int r) {
+    Tensor<int32_t> t = Tensor<int32_t>::empty({rows_of(r), 3});
+    for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = static_cast<int32_t>(1000 * r + i % 997);
+    return t;
+  });
+  auto check = [&](const Tensor<int32_t>& all) {
+    int64_t wrong = 0, at = 0;
+    for (int r = 0; r < n(); ++r) {
+      for (int64_t i = 0; i < rows_of(r) * 3; ++i) wrong += all.data()[at + i] != static_cast<int32_t>(1000 * r + i % 997);
+      at += rows_of(r) * 3;
+    }
+    return wrong + (all.numel() == at ? 0 : 1);
+  };
+  EXPECT_EQ(check(s.gather(v, 0)), 0);
+  auto inside = s.run(
+      [&] { return get_replica_context()->merge_call([&](Strategy& st) { return check(st.gather(v, 0)); }); });
+  for (int r = 0; r < n(); ++r) EXPECT_EQ(inside[r], 0) << "replica " << r;
+}
+
 TEST_P(ReduceTest, AlongAxisZeroWithUnevenAndEmptyBatches) {
   MirroredStrategy s(cpus(n()));
   // Replica r holds r rows (replica 0 holds an empty batch) of [r, 10].

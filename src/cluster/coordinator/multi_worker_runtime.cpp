@@ -446,7 +446,7 @@ void MultiWorkerRuntime::sum(std::vector<UntypedTensor>& tensors, std::vector<in
 }
 
 UntypedTensor MultiWorkerRuntime::gather(const std::vector<UntypedTensor>& local_parts, int axis,
-                                         const mirrored::Deadline& deadline) {
+                                         const mirrored::Deadline& deadline, const Parallel& parallel) {
   timeline::Scope trace("cross_worker", "collective");
   trace_stage(trace, "gather", local_parts);
   UntypedTensor out;
@@ -468,7 +468,7 @@ UntypedTensor MultiWorkerRuntime::gather(const std::vector<UntypedTensor>& local
     int local_axis = axis;
     const Shape local_shape = concat_shape("gather", local_shapes, local_axis);
     UntypedTensor local_concat = make_untyped(first.dtype, local_shape, cpu0);
-    concat_into(ptrs_local, a, local_concat);
+    concat_into(ptrs_local, a, local_concat, parallel);
     out = make_untyped(first.dtype, global, cpu0);
     gather_across(local_concat, shapes, static_cast<int>(local_parts.size()), a, out, d);
   });

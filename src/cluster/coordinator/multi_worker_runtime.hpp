@@ -42,7 +42,8 @@ class MultiWorkerRuntime : public WorkerStage {
                   std::vector<UntypedTensor>& outs) override;
   void agree(const std::string& op, const std::function<std::string()>& signature, const Deadline& deadline) override;
   void sum(std::vector<UntypedTensor>& tensors, std::vector<int64_t>& counts, const Deadline& deadline) override;
-  UntypedTensor gather(const std::vector<UntypedTensor>& local_parts, int axis, const Deadline& deadline) override;
+  UntypedTensor gather(const std::vector<UntypedTensor>& local_parts, int axis, const Deadline& deadline,
+                       const Parallel& parallel) override;
   void broadcast(UntypedTensor& value, const Deadline& deadline) override;
   void local_failure(const std::exception_ptr& error) noexcept override;
 

@@ -41,7 +41,7 @@ void InProcessAllReduce::reduce_part(ReduceOp op, const std::vector<detail::Unty
   auto& host = detail::backend_for(cpu0);
   std::vector<const void*> ptrs(per_replica.size());
   auto* dst = static_cast<unsigned char*>(out.data());
-  if (out.bytes() < detail::in_process::kStreamMinBytes) {
+  if (out.bytes() < detail::kStreamMinBytes) {
     for (int r = 0; r < n; ++r) ptrs[r] = static_cast<const unsigned char*>(per_replica[r].data()) + begin * elem;
     host.sum_n_mean(out.dtype, ptrs.data(), n, dst + begin * elem, end - begin, mean);
     return;
@@ -64,7 +64,7 @@ void InProcessAllReduce::reduce_part(ReduceOp op, const std::vector<detail::Unty
 }
 
 using detail::in_process::kBlockBytes;
-using detail::in_process::kStreamMinBytes;
+using detail::kStreamMinBytes;
 
 void InProcessAllReduce::all_reduce(ReduceOp op, CollectiveStep& step) {
   const int n = step.num_replicas();

@@ -35,7 +35,7 @@ unsigned char* at(const detail::UntypedTensor& t, int64_t element, std::size_t e
 
 bool InProcessAllReduce::all_reduce_and_update(CollectiveStep& step) {
   using detail::in_process::kBlockBytes;
-  using detail::in_process::kStreamMinBytes;
+  using detail::kStreamMinBytes;
   const int n = step.num_replicas();
   const int me = step.replica();
   for (int r = 0; r < n; ++r) {
