@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -93,22 +94,37 @@ class CollectiveGroup {
 
  private:
   enum class Phase { join, sync };
-  // `kind` and `payload`: what a join posts (with the arrival, under the same lock).
+  // `kind` and `payload`: what a join posts (before its arrival is counted).
   void arrive_and_wait(int replica, Phase phase, const Deadline& deadline,
                        CollectiveKind kind = CollectiveKind::all_reduce, const void* payload = nullptr);
-  template <class E>
-  [[noreturn]] void fail_locked(const std::string& message);
+  // The slow half of a wait for generation `gen` to end: sleeps, warns of stalls, and gives up
+  // past the deadline or when a replica it waits for has returned from its function.
+  void wait_slowly(int replica, uint64_t gen, const Deadline& until);
+  // Aborts the wait for generation `gen` unless that barrier completed (or is completing) first:
+  // true when this call aborted the group (the caller then throws), false when the barrier got
+  // there first (the caller goes on waiting for it, which ends at once). Under mu_.
+  bool give_up_locked(uint64_t gen, const std::string& message);
+  // Marks the group aborted with `reason` (the first reason stays) and wakes every waiter. Under mu_.
+  void abort_locked(const std::string& reason);
   std::string describe_missing() const;
   std::string describe_call(int replica) const;
-  void check_same_calls_locked();
+  void check_same_calls();
+
+  // The barrier's state in one word, so that an arrival and an abort are ordered once and for all
+  // (an arrival after an abort throws; an abort never overtakes a barrier that has all its
+  // arrivals): bits 0-31 count the arrivals at the open barrier, bit 32 is set once the group is
+  // aborted, and the bits above count the barriers completed (the generation).
+  static constexpr uint64_t kCountMask = 0xffffffffu;
+  static constexpr uint64_t kAbortBit = uint64_t{1} << 32;
+  static constexpr int kGenerationShift = 33;
+  static uint64_t generation_of(uint64_t state) noexcept { return state >> kGenerationShift; }
 
   const int n_;
   const double stall_warn_s_;
-  mutable std::mutex mu_;
+  mutable std::mutex mu_;  // the slow paths: sleeping, abort reasons, failure messages
   std::condition_variable cv_;
-  std::atomic<uint64_t> generation_{0};
+  std::atomic<uint64_t> state_{0};
   std::atomic<bool> aborted_{false};
-  int arrived_ = 0;
   // Atomic so that `leave` (once per collective and replica) needs the lock only when someone
   // sleeps: a leaver decrements `inside_` then reads `sleepers_`, a sleeper increments `sleepers_`
   // then reads `inside_` (both sequentially consistent), so one of them sees the other.
@@ -119,7 +135,8 @@ class CollectiveGroup {
   // join_error_ is not empty; published with the barrier's generation, so a joiner reads it
   // without the lock.
   std::atomic<bool> join_failed_{false};
-  std::vector<uint64_t> arrived_gen_;  // generation + 1 at which each replica last arrived
+  // Generation + 1 at which each replica last arrived (read by whoever describes who is missing).
+  std::unique_ptr<std::atomic<uint64_t>[]> arrived_gen_;
   std::vector<char> finished_;
   std::vector<int64_t> calls_;
   std::vector<CollectiveKind> kinds_;
