@@ -5,14 +5,17 @@
 /// collectives) and every replica applies the same update to its own copy of each variable, so
 /// mirrored variables stay identical. Called outside any strategy it updates plain variables.
 ///
-/// The built-in optimizers update fused: the copies of one replica are laid out as packs of
+/// The built-in optimizers update fused, and inside `run` the gradients' sum and the update are
+/// one collective of the library (`detail::apply_optimizer_step`): on CPU replicas each replica
+/// sums its slice of every gradient and updates that slice of every copy while the sum is in
+/// cache (one pass over memory); elsewhere the copies of one replica are laid out as packs of
 /// segments (parameter, gradient, slots) and each pack is one `DeviceBackend::apply_optimizer`
 /// pass on the replica's device ("multi-tensor apply"): one vectorised loop per pack on the host,
 /// one kernel per pack on a GPU, where nothing goes to the host and back (the step count stays
-/// on the device too). Each replica thread updates its own copies, so N replicas split the
-/// update N ways; within a copy nothing is shared, so no range is split further. On the host
-/// the results are bitwise those of the per-variable `update` below; on CUDA they may differ in
-/// the last bits (contracted multiply-adds).
+/// on the device too). With `shard_optimizer_state` each replica keeps and updates only its slice
+/// of the slots (reduce-scatter, update, all-gather). On the host the results are bitwise those
+/// of the per-variable `update` below, whichever path; on CUDA they may differ in the last bits
+/// (contracted multiply-adds).
 
 #include <algorithm>
 #include <array>
