@@ -56,12 +56,24 @@ void sum_n_loop(const void* const* inputs, int num_inputs, void* out_v, int64_t 
   using Acc = compute_type_t<T>;
   T* out = static_cast<T*>(out_v);
   if constexpr (std::is_same_v<Acc, T>) {
-    if (num_inputs == 2) {
-      // Two inputs (the pairwise steps of the ring between workers): one pass, no block buffer.
-      const T* a = static_cast<const T*>(inputs[0]);
-      const T* b = static_cast<const T*>(inputs[1]);
-      for (int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(a[i] + b[i]);
-      return;
+    // Up to four inputs (the pairwise steps of the ring between workers; the replicas of a small
+    // machine): one pass reading every input at once, no block buffer, the same order of sums.
+    const T* a = static_cast<const T*>(inputs[0]);
+    const T* b = num_inputs > 1 ? static_cast<const T*>(inputs[1]) : nullptr;
+    const T* c = num_inputs > 2 ? static_cast<const T*>(inputs[2]) : nullptr;
+    const T* d = num_inputs > 3 ? static_cast<const T*>(inputs[3]) : nullptr;
+    switch (num_inputs) {
+      case 2:
+        for (int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(a[i] + b[i]);
+        return;
+      case 3:
+        for (int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(static_cast<T>(a[i] + b[i]) + c[i]);
+        return;
+      case 4:
+        for (int64_t i = 0; i < count; ++i)
+          out[i] = static_cast<T>(static_cast<T>(static_cast<T>(a[i] + b[i]) + c[i]) + d[i]);
+        return;
+      default: break;
     }
   }
   constexpr int64_t block = kSumBlockBytes / static_cast<int64_t>(sizeof(Acc));
