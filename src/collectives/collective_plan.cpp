@@ -159,35 +159,36 @@ auto CollectivePlan::failing_job_on_error(F body) -> decltype(body()) {
 // ---------------------------------------------------------------------------------------------
 // Replica context.
 
-void CollectivePlan::all_reduce(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
-                                const Deadline& deadline) {
+// A reduction of every replica's post (`what`: all_reduce or reduce_scatter): alone, the stage at
+// once; else the join, the agreement, the stage (`run(step, group)`) and a last sync, after which
+// nobody's buffers are read any more.
+template <class Run>
+void CollectivePlan::reduction(const char* what, CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
+                               const Deadline& deadline, Run run) {
   if (group_.size() == 1) {
     CollectiveStep solo(mine, deadline);
-    stage_->all_reduce(mine.op, *local_, solo, nullptr);
+    run(solo, nullptr);
     return;
   }
   join_traced(group_, replica, kind, &mine, deadline);
   inside_collective(group_, replica, [&] {
-    agree_reduction(group_, "all_reduce");
+    agree_reduction(group_, what);
     CollectiveStep step(group_, replica, group_.deadline());
-    stage_->all_reduce(mine.op, *local_, step, &group_);
-    step.sync();  // nobody's buffers go away while another replica still reads them
+    run(step, &group_);
+    step.sync();
   });
+}
+
+void CollectivePlan::all_reduce(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
+                                const Deadline& deadline) {
+  reduction("all_reduce", kind, replica, mine, deadline,
+            [&](CollectiveStep& step, CollectiveGroup* group) { stage_->all_reduce(mine.op, *local_, step, group); });
 }
 
 void CollectivePlan::reduce_scatter(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
                                     const Deadline& deadline) {
-  if (group_.size() == 1) {
-    CollectiveStep solo(mine, deadline);
-    stage_->reduce_scatter(mine.op, *local_, solo, nullptr);
-    return;
-  }
-  join_traced(group_, replica, kind, &mine, deadline);
-  inside_collective(group_, replica, [&] {
-    agree_reduction(group_, "reduce_scatter");
-    CollectiveStep step(group_, replica, group_.deadline());
-    stage_->reduce_scatter(mine.op, *local_, step, &group_);
-    step.sync();  // nobody's buffers go away while another replica still reads them
+  reduction("reduce_scatter", kind, replica, mine, deadline, [&](CollectiveStep& step, CollectiveGroup* group) {
+    stage_->reduce_scatter(mine.op, *local_, step, group);
   });
 }
 

@@ -138,6 +138,9 @@ class CollectivePlan {
                                            std::vector<int64_t> counts, const Deadline& deadline);
   template <class F>
   auto failing_job_on_error(F body) -> decltype(body());
+  template <class Run>
+  void reduction(const char* what, CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
+                 const Deadline& deadline, Run run);
   // The local replicas' `parts` reduced into `out` by the local ops: split over idle threads when
   // large (CrossDeviceOps::reduce_part), else on the calling thread.
   void reduce_locally(ReduceOp op, const std::vector<UntypedTensor>& parts, const UntypedTensor& out);

@@ -12,26 +12,19 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "variables/optimizer_kinds.hpp"
 
 namespace mirrored {
 namespace {
 
 using testing::cpus;
+using testing::Kind;
+using testing::kind_name;
+using testing::slot_names;
 using ::testing::HasSubstr;
 using testing::message_of;
 
-enum class Kind { sgd, momentum, nesterov, adam, adamw };
 
-std::string kind_name(Kind k) {
-  switch (k) {
-    case Kind::sgd: return "sgd";
-    case Kind::momentum: return "momentum";
-    case Kind::nesterov: return "nesterov";
-    case Kind::adam: return "adam";
-    case Kind::adamw: return "adamw";
-  }
-  return "?";
-}
 
 constexpr double kLr = 0.01, kMomentum = 0.9, kBeta1 = 0.9, kBeta2 = 0.999, kEpsilon = 1e-7, kDecay = 0.004;
 
@@ -124,11 +117,6 @@ std::unique_ptr<optimizers::Optimizer<T>> make_unfused(Kind k) {
   return nullptr;
 }
 
-std::vector<std::string> slot_names(Kind k) {
-  if (k == Kind::sgd) return {};
-  if (k == Kind::momentum || k == Kind::nesterov) return {"momentum"};
-  return {"m", "v"};
-}
 
 // Sizes around the vector widths, and one long enough for the vector loops to dominate.
 const std::vector<int64_t> kSizes = {1, 3, 4, 7, 8, 17, 33, 1000, 4099};

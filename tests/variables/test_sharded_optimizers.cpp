@@ -16,33 +16,21 @@
 #include <mirrored/variable_checkpoint.hpp>
 
 #include "harness.hpp"
+#include "variables/optimizer_kinds.hpp"
 
 namespace mirrored {
 namespace sharded_test {  // named: the unity build puts these beside test_fused_optimizers.cpp's
 
 using testing::cpus;
+using testing::Kind;
+using testing::kind_name;
+using testing::slot_names;
 using ::testing::HasSubstr;
 using testing::message_of;
 
-enum class Kind { sgd, momentum, nesterov, adam, adamw };
 enum class Ops { InProcess, ToOneDevice };
 
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::sgd: return "sgd";
-    case Kind::momentum: return "momentum";
-    case Kind::nesterov: return "nesterov";
-    case Kind::adam: return "adam";
-    case Kind::adamw: return "adamw";
-  }
-  return "?";
-}
 
-std::vector<std::string> slot_names(Kind k) {
-  if (k == Kind::sgd) return {};
-  if (k == Kind::momentum || k == Kind::nesterov) return {"momentum"};
-  return {"m", "v"};
-}
 
 template <class T>
 std::unique_ptr<optimizers::Optimizer<T>> make(Kind k, bool sharded) {
