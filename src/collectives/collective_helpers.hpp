@@ -39,6 +39,11 @@ void sum_range_on(const std::vector<const UntypedTensor*>& parts, int64_t begin,
 /// InvalidArgumentError for a rank-0 `in`, naming the replica.
 Shape reduce_scatter_piece(const UntypedTensor& in, int replica, int num_replicas, std::vector<int64_t>& split);
 
+/// The address of element `element` of `t` (flattened), in `t`'s memory.
+inline unsigned char* element_at(const UntypedTensor& t, int64_t element) {
+  return static_cast<unsigned char*>(t.data()) + element * static_cast<int64_t>(dtype_size(t.dtype));
+}
+
 /// Where replica `r`'s piece of a reduce-scatter begins: the sum of the pieces before it.
 int64_t split_begin(const std::vector<int64_t>& split, int r) noexcept;
 

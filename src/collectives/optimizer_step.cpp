@@ -12,9 +12,6 @@
 //
 // Either way the sums are in replica order and the update is the backend's fused loop, so on CPU
 // replicas every path gives the same bits.
-#include <algorithm>
-#include <cstring>
-
 #include "collectives/collective_plan.hpp"
 #include "collectives/packing.hpp"
 #include "mirrored/detail/balanced_split.hpp"
@@ -72,10 +69,6 @@ void agree_optimizer_step(const CollectiveGroup& group) {
                      other.communication.bytes_per_pack, " and ",
                      compression_name(other.communication.compression));
   }
-}
-
-unsigned char* at(const UntypedTensor& t, int64_t element, std::size_t elem) {
-  return static_cast<unsigned char*>(t.data()) + element * static_cast<int64_t>(elem);
 }
 
 // The packs of a step's variables: runs on one device, closed by the pack rule, at most
@@ -209,7 +202,7 @@ void CollectivePlan::apply_sharded(int replica, OptimizerStep& mine, const Deadl
         for (std::size_t v : pack.leaves) {
           const auto piece = balanced_piece(mine.params[v].numel, num, q);
           if (piece.count)
-            copy_between(at(out, offset, elem), device, at(whole[v], piece.begin, elem), whole[v].device(),
+            copy_between(element_at(out, offset), device, element_at(whole[v], piece.begin), whole[v].device(),
                          static_cast<std::size_t>(piece.count) * elem);
           offset += piece.count;
         }
@@ -234,8 +227,8 @@ void CollectivePlan::apply_sharded(int replica, OptimizerStep& mine, const Deadl
       const auto piece = balanced_piece(mine.params[v].numel, num, me);
       if (piece.count) {
         UpdateSegment seg;
-        seg.param = at(mine.params[v], piece.begin, elem);
-        seg.grad = at(grads, offset, elem);
+        seg.param = element_at(mine.params[v], piece.begin);
+        seg.grad = element_at(grads, offset);
         seg.count = piece.count;
         for (int k = 0; k < 2; ++k) seg.slot[k] = mine.slots[v][k].storage ? mine.slots[v][k].data() : nullptr;
         segments.push_back(seg);
@@ -251,7 +244,7 @@ void CollectivePlan::apply_sharded(int replica, OptimizerStep& mine, const Deadl
       for (std::size_t v : pack.leaves) {
         const auto piece = balanced_piece(mine.params[v].numel, num, q);
         if (piece.count && q != me)
-          copy_between(at(mine.params[v], piece.begin, elem), device, at(gathered, offset, elem), device,
+          copy_between(element_at(mine.params[v], piece.begin), device, element_at(gathered, offset), device,
                        static_cast<std::size_t>(piece.count) * elem);
         offset += piece.count;
       }

@@ -318,9 +318,7 @@ void MultiWorkerRuntime::reduce_scatter(ReduceOp op, CrossDeviceOps& local, Coll
   if (group) group->sync(me, deadline.extended(kLeaderGraceSeconds));
   const UntypedTensor& out = step.outputs(me)[0];
   const int64_t begin = split_begin(step.split(), rank_ * n + me);
-  copy_between(out.data(), out.device(),
-               static_cast<const unsigned char*>(scattered_.data()) + begin * static_cast<int64_t>(dtype_size(out.dtype)),
-               cpu0, out.bytes());
+  copy_between(out.data(), out.device(), element_at(scattered_, begin), cpu0, out.bytes());
   // The leader keeps its reduction until every local replica has its piece.
   if (group) group->sync(me, deadline.extended(kLeaderGraceSeconds));
   if (me == 0) scattered_ = UntypedTensor();

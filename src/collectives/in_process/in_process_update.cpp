@@ -5,10 +5,10 @@
 // block to every other replica's copies. Each gradient byte is read once, each parameter and slot
 // byte of one copy read once, and every copy written once: the floor of an optimizer step.
 #include <algorithm>
-#include <array>
 #include <cstring>
 #include <vector>
 
+#include "collectives/collective_helpers.hpp"
 #include "collectives/in_process/blocks.hpp"
 #include "collectives/stream_copy.hpp"
 #include "mirrored/cross_device_ops.hpp"
@@ -25,10 +25,6 @@ bool all_host(const detail::OptimizerStep& s) {
     if (!host(s.grads[v]) || !host(s.params[v]) || !host(s.slots[v][0]) || !host(s.slots[v][1])) return false;
   }
   return host(s.step_in) && host(s.step_out);
-}
-
-unsigned char* at(const detail::UntypedTensor& t, int64_t element, std::size_t elem) {
-  return static_cast<unsigned char*>(t.data()) + element * static_cast<int64_t>(elem);
 }
 
 }  // namespace
@@ -62,24 +58,24 @@ bool InProcessAllReduce::all_reduce_and_update(CollectiveStep& step) {
     for (int64_t b = piece.begin; b < piece.begin + piece.count; b += block) {
       const int64_t len = std::min(block, piece.begin + piece.count - b);
       const std::size_t bytes = static_cast<std::size_t>(len) * elem;
-      for (int r = 0; r < n; ++r) ptrs[static_cast<std::size_t>(r)] = at(step.update(r)->grads[v], b, elem);
+      for (int r = 0; r < n; ++r) ptrs[static_cast<std::size_t>(r)] = detail::element_at(step.update(r)->grads[v], b);
       host.sum_n(mine.dtype, ptrs.data(), n, sum, len);
       // Sharded slots hold this replica's slice only, from its first element.
       const int64_t slot_at = mine.sharded ? b - piece.begin : b;
       detail::UpdateSegment seg;
-      seg.param = at(mine.params[v], b, elem);
+      seg.param = detail::element_at(mine.params[v], b);
       seg.grad = sum;
       seg.count = len;
       for (int k = 0; k < 2; ++k)
-        if (mine.slots[v][k].storage) seg.slot[k] = at(mine.slots[v][k], slot_at, elem);
+        if (mine.slots[v][k].storage) seg.slot[k] = detail::element_at(mine.slots[v][k], slot_at);
       host.apply_optimizer(mine.dtype, mine.update, &seg, 1, step_in, nullptr);
       for (int r = 0; r < n; ++r) {
         if (r == me) continue;
         const detail::OptimizerStep& other = *step.update(r);
-        copy(at(other.params[v], b, elem), seg.param, bytes);
+        copy(detail::element_at(other.params[v], b), seg.param, bytes);
         if (mine.sharded) continue;
         for (int k = 0; k < 2; ++k)
-          if (seg.slot[k]) copy(at(other.slots[v][k], b, elem), seg.slot[k], bytes);
+          if (seg.slot[k]) copy(detail::element_at(other.slots[v][k], b), seg.slot[k], bytes);
       }
     }
   }
