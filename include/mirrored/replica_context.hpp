@@ -136,7 +136,8 @@ class ReplicaContext {
 
   // Throws FailedPreconditionError unless the calling thread is inside this context's run.
   void check_active(const char* op) const;
-  // The call's one deadline: `options.timeout_seconds` (else the strategy's) from now.
+  // The call's one deadline: `options.timeout_seconds` (else the strategy's) from now, once the
+  // options are checked (a positive timeout, a pack size >= 0).
   Deadline deadline(const CommunicationOptions& options) const;
   // Joins a collective and validates that every replica posted matching leaves.
   void all_reduce_flat(ReduceOp op, const std::vector<detail::UntypedTensor>& in,

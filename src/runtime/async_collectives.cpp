@@ -179,8 +179,6 @@ std::shared_ptr<detail::AsyncCollective> ReplicaContext::issue_async(bool reduce
                                                                      const CommunicationOptions& options) {
   const Deadline deadline = this->deadline(options);
   const double t = deadline.timeout_seconds();
-  MIRRORED_ENFORCE(options.bytes_per_pack >= 0, InvalidArgumentError,
-                   "CommunicationOptions::bytes_per_pack must be >= 0, got ", options.bytes_per_pack);
   detail::StrategyRuntime& rt = *strategy_->rt_;
   auto job = std::make_shared<detail::AsyncCollective>();
   job->ctx = this;

@@ -48,6 +48,8 @@ void ReplicaContext::check_active(const char* op) const {
 Deadline ReplicaContext::deadline(const CommunicationOptions& options) const {
   const double t = options.timeout_seconds.value_or(strategy_->extended().collective_timeout_seconds());
   MIRRORED_ENFORCE(t > 0, InvalidArgumentError, "CommunicationOptions::timeout_seconds must be positive, got ", t);
+  MIRRORED_ENFORCE(options.bytes_per_pack >= 0, InvalidArgumentError,
+                   "CommunicationOptions::bytes_per_pack must be >= 0, got ", options.bytes_per_pack);
   return Deadline::after(t);
 }
 
@@ -72,8 +74,6 @@ void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::Unty
     trace.arg("tensors", static_cast<std::int64_t>(in.size()));
   }
   const Deadline d = deadline(options);
-  MIRRORED_ENFORCE(options.bytes_per_pack >= 0, InvalidArgumentError,
-                   "CommunicationOptions::bytes_per_pack must be >= 0, got ", options.bytes_per_pack);
   drain_async();
   const CollectiveStep::Buffers mine{&in, &out, &structure, op, 0, options.bytes_per_pack, options.compression};
   joined(detail::CollectiveKind::all_reduce, mine, d);
@@ -101,9 +101,6 @@ detail::UntypedTensor ReplicaContext::reduce_scatter_flat(ReduceOp op, const det
 void ReplicaContext::optimizer_step(detail::OptimizerStep& step) {
   check_active("apply_gradients");
   const Deadline d = deadline(step.communication);
-  MIRRORED_ENFORCE(step.communication.bytes_per_pack >= 0, InvalidArgumentError,
-                   "apply_gradients: CommunicationOptions::bytes_per_pack must be >= 0, got ",
-                   step.communication.bytes_per_pack);
   drain_async();
   strategy_->rt_->plan.apply_gradients(replica_id_, step, d);
 }
