@@ -105,9 +105,16 @@ void Stream::run() {
       }
     }
     work = nullptr;  // what it captured goes away before the work counts as finished
-    if (!failed.empty() && on_failure_) on_failure_(failed);
+    if (!failed.empty()) {
+      // The stream's own failure is set before the chip is marked unusable: a synchronize that
+      // sees the chip refused must also see the failure, and report it (CUDA's sticky error goes
+      // to the first call that waits, not a refusal).
+      lock.lock();
+      if (failure_.empty()) failure_ = failed;
+      lock.unlock();
+      if (on_failure_) on_failure_(failed);
+    }
     lock.lock();
-    if (!failed.empty() && failure_.empty()) failure_ = failed;
     completed_ = ticket;
     done_cv_.notify_all();
   }
