@@ -67,6 +67,67 @@ TEST(Launcher, ForwardsSignalsToEveryWorker) {
   EXPECT_THAT(job.output(0), HasSubstr("[worker 1] got TERM"));
 }
 
+TEST(Launcher, RestartsEveryWorkerWhenOneAsksForARestart) {
+  // Worker 1 asks for a restart (status 75) in rounds 0 and 1; round 2 succeeds.
+  Job job = run({"/bin/bash", kLaunch, "2", "--max-restarts", "3", "--", "/bin/bash", "-c",
+                 "echo \"round $MIRRORED_RESTART_COUNT job $MIRRORED_JOB_ID\"; "
+                 "[ \"$MIRRORED_LAUNCH_RANK\" = 1 ] && [ \"$MIRRORED_RESTART_COUNT\" -lt 2 ] && exit 75; exit 0"});
+  ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
+  EXPECT_EQ(job.code(0), 0) << job.outputs();
+  const std::string out = job.output(0);
+  for (const char* line : {"[worker 0] round 0", "[worker 1] round 0", "[worker 0] round 1", "[worker 1] round 1",
+                           "[worker 0] round 2", "[worker 1] round 2"})
+    EXPECT_THAT(out, HasSubstr(line));
+  EXPECT_THAT(out, HasSubstr("launch: restart 1 of 3: worker 1 exited with status 75 (restart requested)"));
+  EXPECT_THAT(out, HasSubstr("launch: restart 2 of 3:"));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("restart 3 of 3")));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("round 3")));
+}
+
+TEST(Launcher, RestartsAfterAWorkerIsKilledAndGivesUpAfterTheLimit) {
+  Job job = run({"/bin/bash", kLaunch, "2", "--max-restarts", "2", "--", "/bin/bash", "-c",
+                 "echo \"round $MIRRORED_RESTART_COUNT\"; [ \"$MIRRORED_LAUNCH_RANK\" = 0 ] && kill -KILL $$; exit 0"});
+  ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
+  EXPECT_EQ(job.code(0), 128 + SIGKILL) << job.outputs();
+  EXPECT_THAT(job.output(0), HasSubstr("launch: restart 1 of 2: worker 0 was killed by signal 9"));
+  EXPECT_THAT(job.output(0), HasSubstr("launch: restart 2 of 2: worker 0 was killed by signal 9"));
+  EXPECT_THAT(job.output(0), HasSubstr("[worker 1] round 2"));
+  EXPECT_THAT(job.output(0), HasSubstr("launch: giving up after 2 restart(s): worker 0 was killed by signal 9"));
+}
+
+TEST(Launcher, DoesNotRestartAnErrorThatWouldOnlyHappenAgain) {
+  Job job = run({"/bin/bash", kLaunch, "2", "--max-restarts", "5", "--", "/bin/bash", "-c",
+                 "echo \"round $MIRRORED_RESTART_COUNT\"; exit 3"});
+  ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
+  EXPECT_EQ(job.code(0), 3) << job.outputs();
+  EXPECT_THAT(job.output(0), HasSubstr("launch: not restarting: the failure was not a preemption or a crash"));
+  EXPECT_THAT(job.output(0), ::testing::Not(HasSubstr("round 1")));
+}
+
+TEST(Launcher, DoesNotRestartWhenItIsToldToStop) {
+  // The workers save and ask for a restart when terminated, as a preemption handler does; the
+  // launcher, terminated itself, passes their status on and starts nothing.
+  testing::TempDir dir;
+  const std::string ready = dir.path() + "/ready";
+  Job job = run({"/bin/bash", kLaunch, "2", "--max-restarts", "3", "--", "/bin/bash", "-c",
+                 "echo \"round $MIRRORED_RESTART_COUNT\"; trap 'exit 75' TERM; touch " + ready +
+                     ".$MIRRORED_LAUNCH_RANK.$MIRRORED_RESTART_COUNT; while true; do sleep 0.1; done"});
+  for (int i = 0; i < 1000 && !(std::filesystem::exists(ready + ".0.0") && std::filesystem::exists(ready + ".1.0")); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  job.signal(0, SIGTERM);
+  ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
+  EXPECT_EQ(job.code(0), 75) << job.outputs();
+  EXPECT_THAT(job.output(0), ::testing::Not(HasSubstr("round 1")));
+  EXPECT_THAT(job.output(0), ::testing::Not(HasSubstr("launch: restart")));
+}
+
+TEST(Launcher, RejectsABadRestartCount) {
+  Job job = run({"/bin/bash", kLaunch, "2", "--max-restarts", "-1", "--", "true"});
+  ASSERT_TRUE(job.wait(kJobSeconds));
+  EXPECT_EQ(job.code(0), 2);
+  EXPECT_THAT(job.output(0), HasSubstr("--max-restarts K"));
+}
+
 TEST(Launcher, RejectsBadArguments) {
   Job job = run({"/bin/bash", kLaunch, "two", "--", "true"});
   ASSERT_TRUE(job.wait(kJobSeconds));
