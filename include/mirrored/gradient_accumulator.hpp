@@ -34,10 +34,10 @@ namespace mirrored::optimizers {
 /// keeps its own sums, one buffer per variable on the device of its copy of that variable,
 /// allocated at its first micro-batch and reused by every later accumulation cycle.
 /// `accumulate` adds a micro-batch's gradients into them with the device backend's element-wise
-/// sum (`DeviceBackend::sum_n`): no collective, no host copy of a device tensor. `apply_gradients(optimizer)` then calls
-/// `optimizer.apply_gradients` once with the replica's sums, which all-reduces them across the
-/// replicas as any step does (and, with `shard_optimizer_state`, reduce-scatters them into the
-/// sharded update), and starts the next cycle.
+/// sum (`DeviceBackend::sum_n`): no collective, no host copy of a device tensor. `apply_gradients(optimizer)` then
+/// calls `optimizer.apply_gradients` once with the replica's sums, which all-reduces them across the replicas as any
+/// step does (and, with `shard_optimizer_state`, reduce-scatters them into the sharded update), and starts the next
+/// cycle.
 ///
 /// The reduction over the micro-batches is `op`:
 /// - `ReduceOp::MEAN` (the default, as Keras 3's `gradient_accumulation_steps` averages the
@@ -243,8 +243,7 @@ void GradientAccumulator<T>::agree_on_count(ReplicaContext& ctx, int64_t count) 
   const int n = ctx.num_replicas_in_sync();
   if (n > 1) {
     // Host memory: a few bytes, which the check reads on the host anyway.
-    const std::vector<int64_t> counts =
-        ctx.all_gather(Tensor<int64_t>::from_vector({count}, {1}), 0).to_vector();
+    const std::vector<int64_t> counts = ctx.all_gather(Tensor<int64_t>::from_vector({count}, {1}), 0).to_vector();
     for (int r = 1; r < n; ++r) {
       MIRRORED_ENFORCE(counts[static_cast<std::size_t>(r)] == counts[0], InvalidArgumentError,
                        "GradientAccumulator::apply_gradients: replica 0 accumulated ", counts[0],

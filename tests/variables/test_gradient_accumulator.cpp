@@ -22,11 +22,11 @@ namespace accumulator_test {  // named: the unity build puts these beside the ot
 
 using optimizers::GradientAccumulator;
 using testing::cpus;
+using ::testing::HasSubstr;
 using testing::Kind;
 using testing::kind_name;
 using testing::message_of;
 using testing::slot_names;
-using ::testing::HasSubstr;
 
 std::unique_ptr<optimizers::Optimizer<float>> make(Kind k, bool sharded) {
   switch (k) {
@@ -106,7 +106,8 @@ std::vector<Variable<float>> make_vars(MirroredStrategy& s) {
   std::vector<Variable<float>> vars;
   auto scope = s.scope();
   for (std::size_t v = 0; v < kShapes.size(); ++v)
-    vars.emplace_back(gradient(kShapes[v], static_cast<int>(v), 99, 0, 0), VariableOptions{.name = "w" + std::to_string(v)});
+    vars.emplace_back(gradient(kShapes[v], static_cast<int>(v), 99, 0, 0),
+                      VariableOptions{.name = "w" + std::to_string(v)});
   return vars;
 }
 
@@ -193,11 +194,10 @@ TEST_P(Accumulation, SumOfIntegerMicroBatchesIsBitwiseOneWholeBatchStep) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, Accumulation,
-                         ::testing::Combine(::testing::Values(Kind::sgd, Kind::momentum, Kind::adam),
-                                            ::testing::Bool(), ::testing::Values(1, 2, 4)),
+                         ::testing::Combine(::testing::Values(Kind::sgd, Kind::momentum, Kind::adam), ::testing::Bool(),
+                                            ::testing::Values(1, 2, 4)),
                          [](const auto& info) {
-                           return kind_name(std::get<0>(info.param)) +
-                                  (std::get<1>(info.param) ? "_sharded_" : "_") +
+                           return kind_name(std::get<0>(info.param)) + (std::get<1>(info.param) ? "_sharded_" : "_") +
                                   std::to_string(std::get<2>(info.param)) + "replicas";
                          });
 
@@ -369,8 +369,9 @@ TEST(GradientAccumulatorErrors, ShapeMismatchAndDuplicatesChangeNothing) {
     }
     counts[r] = f.acc.micro_batches();
   });
-  EXPECT_EQ(shape[1], "GradientAccumulator::accumulate on replica 1: gradient of shape (2,) for variable 'w2' of "
-                      "shape (1,)");
+  EXPECT_EQ(shape[1],
+            "GradientAccumulator::accumulate on replica 1: gradient of shape (2,) for variable 'w2' of "
+            "shape (1,)");
   EXPECT_THAT(twice[0], HasSubstr("variable 'w0' is listed twice (at 0 and 3)"));
   EXPECT_EQ(counts, (std::vector<int64_t>{0, 0}));
 }
@@ -389,10 +390,12 @@ TEST(GradientAccumulatorErrors, ApplyWithoutMicroBatches) {
     }
   }),
                FailedPreconditionError);
-  EXPECT_EQ(what[0], "GradientAccumulator::apply_gradients on replica 0: no micro-batch was accumulated since the "
-                     "last apply");
-  EXPECT_EQ(what[1], "GradientAccumulator::apply_gradients on replica 1: no micro-batch was accumulated since the "
-                     "last apply");
+  EXPECT_EQ(what[0],
+            "GradientAccumulator::apply_gradients on replica 0: no micro-batch was accumulated since the "
+            "last apply");
+  EXPECT_EQ(what[1],
+            "GradientAccumulator::apply_gradients on replica 1: no micro-batch was accumulated since the "
+            "last apply");
   EXPECT_EQ(f.weights(), before);
   EXPECT_EQ(f.opt.iterations(), 0);
 }
