@@ -5,7 +5,7 @@
 //   train_digits [--devices CPU:0,CPU:1] [--epochs 20] [--global-batch 32] [--optimizer sgd|adam]
 //                [--learning-rate X] [--seed 0] [--data data/digits.csv.gz] [--save model.safetensors]
 //                [--strategy mirrored|multi_worker] [--timeline trace.json] [--verbose]
-//                [--shard-optimizer-state] [--compression none|fp16|bf16] [--eval-every-epoch] [--eval-every-epoch]
+//                [--shard-optimizer-state] [--compression none|fp16|bf16] [--eval-every-epoch] [--accumulate K]
 // (`--flag value` or `--flag=value`; `--help` lists them with their defaults.)
 //
 // --strategy multi_worker trains with MultiWorkerMirroredStrategy over the workers TF_CONFIG
@@ -14,6 +14,9 @@
 // of a multi-worker job writes its own file (trace.worker<k>.json).
 // --verbose prints, per replica device, what crossed between the host and the device during
 // training (bytes each way and host waits), in all and per step.
+// --accumulate K accumulates gradients: each step's global batch is trained as K micro-batches of
+// global-batch/K rows (each replica cuts its slice into K), whose gradients each replica sums on its
+// device (optimizers::GradientAccumulator) before one all-reduce and one optimizer step.
 // --eval-every-epoch prints the held-out accuracy after every epoch with the training loop's time so
 // far, and the training loop's examples per second at the end (bench/e2e_digits.py reads them).
 #include <unistd.h>
@@ -152,6 +155,15 @@ Args parse(int argc, char** argv) {
       ->type_name("NAME")
       ->check(must_be("must be none, fp16 or bf16",
                       [](const std::string& v) { return v == "none" || v == "fp16" || v == "bf16"; }));
+  app.add_option("--accumulate", a.cfg.accumulate,
+                 dflt("Micro-batches per step (gradient accumulation): each step trains K micro-batches of "
+                      "global-batch/K rows and applies their summed gradients once; K must divide --global-batch",
+                      a.cfg.accumulate))
+      ->type_name("K")
+      ->check(must_be("must be a positive integer", [](const std::string& v) {
+        int x = 0;
+        return is_uint(v) && converts(v, x) && x >= 1;
+      }));
   app.add_flag("--eval-every-epoch", a.cfg.eval_every_epoch,
                "Print the held-out accuracy after every epoch and the training loop's time (evaluations excluded)");
   app.allow_extras();  // reported below, in the order given (CLI11 lists them reversed)
@@ -178,6 +190,10 @@ Args parse(int argc, char** argv) {
       throw CLI::ValidationError("--global-batch", std::to_string(a.cfg.global_batch) +
                                                        " is less than the number of replicas (" +
                                                        std::to_string(a.devices.size()) + ")");
+    if (a.cfg.global_batch % a.cfg.accumulate != 0)
+      throw CLI::ValidationError("--accumulate", std::to_string(a.cfg.accumulate) +
+                                                     " does not divide the global batch (" +
+                                                     std::to_string(a.cfg.global_batch) + ")");
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // --help: the help on stdout, 0; else the error on stderr
     std::exit(rc == 0 ? 0 : 2);
@@ -227,8 +243,11 @@ int main(int argc, char** argv) {
     std::printf("training on %zu examples, holding out %zu; %d replicas (", static_cast<size_t>(split.train.size()),
                 static_cast<size_t>(split.test.size()), strategy.num_replicas_in_sync());
     for (std::size_t i = 0; i < args.devices.size(); ++i) std::printf("%s%s", i ? ", " : "", args.devices[i].c_str());
-    std::printf("), global batch %lld, %s\n", static_cast<long long>(args.cfg.global_batch),
-                args.cfg.optimizer.c_str());
+    std::printf("), global batch %lld, %s", static_cast<long long>(args.cfg.global_batch), args.cfg.optimizer.c_str());
+    if (args.cfg.accumulate > 1)
+      std::printf(", %d micro-batches of %lld per step", args.cfg.accumulate,
+                  static_cast<long long>(args.cfg.global_batch / args.cfg.accumulate));
+    std::printf("\n");
     const bool tty = isatty(STDOUT_FILENO);
     const auto devices = strategy.extended().worker_devices();
     std::vector<mirrored::TransferCounts> before;

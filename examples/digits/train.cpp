@@ -3,11 +3,27 @@
 
 #include <cstring>
 
+#include <mirrored/gradient_accumulator.hpp>
 #include <mirrored/gradient_buckets.hpp>
 
 #include "digits/device_mlp.hpp"
 
 namespace digits {
+namespace {
+
+// Rows [begin, end) of `t` (axis 0), copied on its device.
+template <class E>
+mirrored::Tensor<E> rows_of(const mirrored::Tensor<E>& t, int64_t begin, int64_t end) {
+  mirrored::Shape shape = t.shape();
+  const int64_t row = shape[0] > 0 ? t.numel() / shape[0] : 0;
+  shape[0] = end - begin;
+  auto out = mirrored::Tensor<E>::empty(shape, t.device());
+  if (out.numel())
+    mirrored::detail::copy_between(out.data(), t.device(), t.data() + begin * row, t.device(), out.bytes());
+  return out;
+}
+
+}  // namespace
 
 TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainConfig& cfg,
                   const std::function<void(const EpochReport&)>& report) {
@@ -39,6 +55,9 @@ TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainCo
   }
   MIRRORED_ENFORCE(cfg.global_batch >= n, InvalidArgumentError, "global batch ", cfg.global_batch,
                    " must be at least the number of replicas ", n);
+  MIRRORED_ENFORCE(cfg.accumulate >= 1 && cfg.global_batch % cfg.accumulate == 0, InvalidArgumentError,
+                   "accumulate must be a positive divisor of the global batch ", cfg.global_batch, ", got ",
+                   cfg.accumulate);
   auto& vars = result.variables;
   const int64_t train_n = data.train.size();
   const int64_t steps = (train_n + cfg.global_batch - 1) / cfg.global_batch;
@@ -57,26 +76,46 @@ TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainCo
   // they are scaled in place and the optimizer all-reduces them in one packed collective on the
   // replica thread (no hand-off to a communication thread; the same sums, bit for bit).
   using Batch = std::tuple<Tensor<float>, Tensor<int32_t>>;
-  auto step_fn = [&](const Batch& batch, int64_t global) {
-    const auto& [x, y] = batch;
+  // The gradients of (the summed loss of rows x, y) and that loss sum, on x's device.
+  auto loss_and_grads = [&](const Tensor<float>& x, const Tensor<int32_t>& y) {
     const Device& device = x.device();
-    std::vector<Tensor<float>> g;
-    Tensor<double> loss;
     if (!device.is_host() && device_mlp_available(device)) {
       const MlpParams p{vars[0].value(), vars[1].value(), vars[2].value(), vars[3].value()};
       DeviceMlpStep s = device_mlp_loss_and_grads(p, x, y);
-      g = s.grads.tensors();
-      loss = cast<double>(s.loss_sum);
-    } else {
-      const MlpParams p{on_host(vars[0].value()), on_host(vars[1].value()), on_host(vars[2].value()),
-                        on_host(vars[3].value())};
-      MlpStep s = mlp_loss_and_grads(p, on_host(x), on_host(y));
-      g = s.grads.tensors();
-      double sum = 0;
-      const float* l = s.per_example_loss.data();
-      for (int64_t i = 0; i < s.per_example_loss.numel(); ++i) sum += l[i];
-      loss = Tensor<double>::scalar(sum);
+      return std::make_pair(s.grads.tensors(), cast<double>(s.loss_sum));
     }
+    const MlpParams p{on_host(vars[0].value()), on_host(vars[1].value()), on_host(vars[2].value()),
+                      on_host(vars[3].value())};
+    MlpStep s = mlp_loss_and_grads(p, on_host(x), on_host(y));
+    double sum = 0;
+    const float* l = s.per_example_loss.data();
+    for (int64_t i = 0; i < s.per_example_loss.numel(); ++i) sum += l[i];
+    return std::make_pair(s.grads.tensors(), Tensor<double>::scalar(sum));
+  };
+  // Gradient accumulation (cfg.accumulate > 1): one accumulator for every replica and step.
+  optimizers::GradientAccumulator<float> accumulator(ReduceOp::SUM);
+  auto accumulated_step = [&](const Tensor<float>& x, const Tensor<int32_t>& y, int64_t global) {
+    const int64_t rows = x.shape()[0];
+    const int64_t floor = rows / cfg.accumulate, extra = rows % cfg.accumulate;
+    Tensor<double> loss;
+    int64_t begin = 0;
+    for (int j = 0; j < cfg.accumulate; ++j) {
+      const int64_t end = begin + floor + (j < extra ? 1 : 0);
+      auto [g, l] = loss_and_grads(rows_of(x, begin, end), rows_of(y, begin, end));
+      optimizers::GradsAndVars<float> gv;
+      for (std::size_t i = 0; i < g.size(); ++i) gv.emplace_back(g[i] / static_cast<float>(global), vars[i]);
+      accumulator.accumulate(gv);  // summed on this replica's device, no collective
+      loss = j == 0 ? l : loss + l;
+      begin = end;
+    }
+    accumulator.apply_gradients(*opt);  // one all-reduce and one update for the K micro-batches
+    return loss;
+  };
+  auto step_fn = [&](const Batch& batch, int64_t global) {
+    const auto& [x, y] = batch;
+    const Device& device = x.device();
+    if (cfg.accumulate > 1) return accumulated_step(x, y, global);
+    auto [g, loss] = loss_and_grads(x, y);
     optimizers::GradsAndVars<float> gv;
     if (device.is_host()) {
       for (std::size_t i = 0; i < g.size(); ++i) {

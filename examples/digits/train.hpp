@@ -41,6 +41,11 @@ struct TrainConfig {
   bool shard_optimizer_state = false;
   /// How the gradients cross workers (CommunicationOptions::compression).
   mirrored::Compression compression = mirrored::Compression::NONE;
+  /// Gradient accumulation: each replica cuts its slice of a step's batch into this many
+  /// micro-batches (by the BALANCED rule, as the strategy cuts a batch into replica slices),
+  /// sums their gradients on its device (optimizers::GradientAccumulator, SUM: each is already
+  /// scaled by the global batch size) and applies them with one step. 1: no accumulation.
+  int accumulate = 1;
 };
 
 /// What one epoch reports (for progress output).
@@ -66,8 +71,9 @@ struct TrainResult {
 };
 
 /// Trains for `cfg.epochs` epochs; `report` is called after every step.
-/// \throws mirrored::InvalidArgumentError for a bad optimizer name or a global batch smaller than
-/// the number of replicas, and as soon as a step's loss is NaN or infinite (training stops there).
+/// \throws mirrored::InvalidArgumentError for a bad optimizer name, a global batch smaller than
+/// the number of replicas, `accumulate` < 1 or a global batch it does not divide, and as soon as a
+/// step's loss is NaN or infinite (training stops there).
 TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainConfig& cfg,
                   const std::function<void(const EpochReport&)>& report = {});
 

@@ -15,7 +15,7 @@ const digits::Split& data() {
 }
 
 std::vector<std::vector<float>> train_weights(int replicas, const std::string& optimizer, double* accuracy = nullptr,
-                                              bool sharded = false) {
+                                              bool sharded = false, int accumulate = 1) {
   std::vector<std::string> devices;
   for (int r = 0; r < replicas; ++r) devices.push_back("CPU:" + std::to_string(r));
   mirrored::MirroredStrategy s(devices);
@@ -25,6 +25,7 @@ std::vector<std::vector<float>> train_weights(int replicas, const std::string& o
   cfg.optimizer = optimizer;
   cfg.seed = 7;
   cfg.shard_optimizer_state = sharded;
+  cfg.accumulate = accumulate;
   const auto result = digits::train(s, data(), cfg);
   if (accuracy) *accuracy = result.test_accuracy;
   std::vector<std::vector<float>> out;
@@ -65,6 +66,47 @@ TEST(TrainDigits, OneTwoAndFourReplicasTrainToTheSameWeights) {
 TEST(TrainDigits, ShardedOptimizerStateTrainsToTheSameBits) {
   for (const char* opt : {"sgd", "adam"})
     for (int replicas : {2, 3}) EXPECT_EQ(train_weights(replicas, opt), train_weights(replicas, opt, nullptr, true)) << opt;
+}
+
+// Gradient accumulation (TrainConfig::accumulate, train_digits --accumulate). Exact: one replica
+// accumulating K micro-batches trains the same bits as K replicas without accumulation -- the
+// micro-batches are the replicas' slices (both cut by the BALANCED rule), each gradient is computed
+// on the same rows, and the accumulator sums them in the order the all-reduce does (replica
+// order). Several replicas that accumulate add the replicas' sums of micro-batches, another order
+// of the same float sums, so against the unaccumulated run they are close, not equal (as replica
+// counts are); sharding the optimizer state changes no bit.
+TEST(TrainDigits, AccumulatingOnOneReplicaIsBitwiseThatManyReplicas) {
+  for (const char* opt : {"sgd", "adam"}) {
+    EXPECT_EQ(train_weights(1, opt, nullptr, false, 2), train_weights(2, opt)) << opt;
+    EXPECT_EQ(train_weights(1, opt, nullptr, false, 3), train_weights(3, opt)) << opt;
+  }
+}
+
+TEST(TrainDigits, AccumulatingOnSeveralReplicasTrainsToTheSameWeights) {
+  for (const char* opt : {"sgd", "adam"}) {
+    const auto plain = train_weights(2, opt);
+    const auto accumulated = train_weights(2, opt, nullptr, false, 2);
+    expect_close(plain, accumulated, opt);
+    EXPECT_NE(plain, accumulated) << opt << ": the sums' order differs, so some bits should";
+    EXPECT_EQ(accumulated, train_weights(2, opt, nullptr, true, 2)) << opt << ": sharded";
+  }
+}
+
+TEST(TrainDigits, AccumulateMustDivideTheGlobalBatch) {
+  mirrored::MirroredStrategy s({"CPU:0", "CPU:1"});
+  digits::TrainConfig cfg;
+  cfg.epochs = 1;
+  cfg.global_batch = 30;
+  for (const int k : {0, 4}) {
+    cfg.accumulate = k;
+    try {
+      digits::train(s, data(), cfg);
+      FAIL() << "accumulate " << k << " was accepted";
+    } catch (const mirrored::InvalidArgumentError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "accumulate must be a positive divisor of the global batch 30, got " + std::to_string(k));
+    }
+  }
 }
 
 TEST(TrainDigits, LearnsTheHeldOutSet) {

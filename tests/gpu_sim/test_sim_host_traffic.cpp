@@ -78,6 +78,33 @@ TEST(SimulatedGpuOptimizer, AnUpdateMovesNothingBetweenHostAndDevice) {
   EXPECT_EQ(opt.get_slot(vars[0], "m").value().device(), kGpu2);
 }
 
+// GradientAccumulator: device gradients are summed (and, for MEAN, divided) on the device, with no
+// byte through the host and no host wait, and the step equals the host's bit for bit.
+TEST(SimulatedGpuOptimizer, GradientAccumulationStaysOnTheDevice) {
+  for (const ReduceOp op : {ReduceOp::SUM, ReduceOp::MEAN}) {
+    Variable<float> on_gpu(Tensor<float>::from_vector(values(70, 1), {70}, kGpu2));
+    Variable<float> on_host(Tensor<float>::from_vector(values(70, 1), {70}));
+    optimizers::Adam<> gpu_opt, host_opt;
+    gpu_opt.build({on_gpu});
+    optimizers::GradientAccumulator<float> gpu_acc(op), host_acc(op);
+    for (int step = 0; step < 3; ++step) {
+      std::vector<Tensor<float>> grads;
+      for (int j = 0; j < 3; ++j) grads.push_back(Tensor<float>::from_vector(values(70, 10 * step + j), {70}, kGpu2));
+      const TransferCounts before = counts(kGpu2);
+      for (const auto& g : grads) gpu_acc.accumulate({{g, on_gpu}});
+      gpu_acc.apply_gradients(gpu_opt);
+      const TransferCounts after = counts(kGpu2);
+      EXPECT_EQ(after.host_to_device_bytes - before.host_to_device_bytes, 0u);
+      EXPECT_EQ(after.device_to_host_bytes - before.device_to_host_bytes, 0u);
+      EXPECT_EQ(after.host_syncs - before.host_syncs, 0u);
+      for (const auto& g : grads) host_acc.accumulate({{g.to(cpu0), on_host}});
+      host_acc.apply_gradients(host_opt);
+    }
+    EXPECT_EQ(on_gpu.value().to_vector(), on_host.value().to_vector()) << op;
+    EXPECT_EQ(gpu_opt.iterations(), 3);
+  }
+}
+
 // The simulated GPU computes with the host's loops: results equal the host's bit for bit, also
 // with the step counter read on the stream, after the previous update wrote it.
 TEST(SimulatedGpuOptimizer, EqualsTheHostBitwiseOverManySteps) {
