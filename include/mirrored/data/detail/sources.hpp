@@ -34,10 +34,10 @@ class RangeNode final : public Node<Tensor<int64_t>> {
     // differences: a corrupt value must not overflow).
     const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
     const uint64_t stride = step_ > 0 ? u(step_) : 0 - u(step_);
-    const bool on_grid = (u(next) - u(start_)) % stride == 0;
+    const bool on_grid = (step_ > 0 ? u(next) - u(start_) : u(start_) - u(next)) % stride == 0;
     const bool in_range = next == start_ || (step_ > 0 ? (next > start_ && (next < stop_ || u(next) - u(stop_) < stride))
                                                        : (next < start_ && (next > stop_ || u(stop_) - u(next) < stride)));
-    r.check(on_grid && in_range, "a range position outside its range");
+    r.check(in_range && on_grid, "a range position outside its range");
     return std::make_unique<RangeCursor>(next, stop_, step_);
   }
   std::string describe() const override {
