@@ -29,6 +29,16 @@
 //   ratio_max = step / max(input, compute) (1.0 = input fully hidden), ratio_sum =
 //   step / (input + compute) (0.5 when both are equal and fully overlapped), hidden =
 //   (serial - step) / min(input, compute) (share of the smaller cost that was hidden).
+//
+// BM_IteratorRestore/elements:K/buffer:B
+//   An iterator of range(2K).shuffle(B, 7).batch(64).prefetch(2) positioned after the batches
+//   holding its first K elements (K = 10^6: 15625 batches), in a fresh dataset each time:
+//   restore: begin() and restore_state(saved state) (the state holds the shuffle buffer, the
+//            prefetched batches and the positions, no replay).
+//   anchor:  replay: begin() and next() up to the same position.
+//   Both then take the next batch, which must be the same (else the case fails).
+//   Counters: restore_ms (also the manual time), replay_ms, save_ms (save_state of the running
+//   iterator), state_KiB, ratio = replay_ms / restore_ms (how much faster a restore is).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -254,6 +264,79 @@ BENCHMARK(BM_PrefetchOverlap)
     ->ArgNames({"work_us", "io"})
     ->Args({2000, 0})
     ->Args({2000, 1})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// ---- iterator state ------------------------------------------------------------------------
+
+constexpr int64_t kRestoreBatch = 64;
+
+data::Dataset<Tensor<int64_t>> restore_pipeline(int64_t elements, int64_t buffer) {
+  return data::range(2 * elements).shuffle(buffer, 7).batch(kRestoreBatch).prefetch(2);
+}
+
+void BM_IteratorRestore(benchmark::State& state) {
+  const int64_t elements = state.range(0), buffer = state.range(1);
+  const int64_t batches = elements / kRestoreBatch;
+  std::string saved;
+  double save_s = 0;
+  {
+    const auto ds = restore_pipeline(elements, buffer);
+    auto it = ds.begin();
+    for (int64_t i = 0; i < batches; ++i) it.next();
+    const auto t0 = Clock::now();
+    saved = it.save_state();
+    save_s = seconds(Clock::now() - t0);
+  }
+  double restore_s = 0, replay_s = 0;
+  bool restore_first = true;
+  const auto restore = [&] {
+    const auto ds = restore_pipeline(elements, buffer);
+    const auto t0 = Clock::now();
+    auto it = ds.begin();
+    it.restore_state(saved);
+    std::vector<int64_t> next = it.next()->to_vector();
+    return std::make_pair(seconds(Clock::now() - t0), next);
+  };
+  const auto replay = [&] {
+    const auto ds = restore_pipeline(elements, buffer);
+    const auto t0 = Clock::now();
+    auto it = ds.begin();
+    for (int64_t i = 0; i < batches; ++i) it.next();
+    std::vector<int64_t> next = it.next()->to_vector();
+    return std::make_pair(seconds(Clock::now() - t0), next);
+  };
+  for (auto _ : state) {
+    std::pair<double, std::vector<int64_t>> a, b;
+    if (restore_first) {
+      a = restore();
+      b = replay();
+    } else {
+      b = replay();
+      a = restore();
+    }
+    restore_first = !restore_first;
+    if (a.second != b.second) {
+      state.SkipWithError("the restored iterator's next batch differs from the replayed one");
+      break;
+    }
+    restore_s += a.first;
+    replay_s += b.first;
+    state.SetIterationTime(a.first);
+  }
+  const double n = double(state.iterations());
+  state.counters["restore_ms"] = restore_s / n * 1e3;
+  state.counters["replay_ms"] = replay_s / n * 1e3;
+  state.counters["save_ms"] = save_s * 1e3;
+  state.counters["state_KiB"] = double(saved.size()) / 1024.0;
+  state.counters["ratio"] = replay_s / restore_s;
+}
+
+BENCHMARK(BM_IteratorRestore)
+    ->ArgNames({"elements", "buffer"})
+    ->Args({1000000, 1000})
+    ->Args({1000000, 10000})
+    ->Iterations(4)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -5,6 +5,8 @@
 /// return), and the definitions of those two `Strategy` methods.
 
 #include <cstddef>
+#include <deque>
+#include <string>
 #include <functional>
 #include <iterator>
 #include <memory>
@@ -32,11 +34,16 @@ namespace data::detail {
 /// Everything a distributed dataset needs to start a pass; shared by its copies and iterators.
 template <class E>
 struct DistributedState {
-  std::function<StepFn<E>(std::stop_token)> open;  // a new pass (cancelled through the token): the step
-                                                   // function of a fresh source
-  std::vector<TensorSpec> replica_spec;            // per-replica element spec (components)
+  using Source = std::shared_ptr<StepSource<E>>;
+  std::function<Source(std::stop_token)> open;  // a new pass (cancelled through the token)
+  std::function<Source(std::stop_token, StateReader&)> restore;  // a pass positioned by saved state
+  std::vector<TensorSpec> replica_spec;                          // per-replica element spec (components)
   std::size_t num_local_replicas = 1;
   int buffer_size = 1;  // steps kept ready (0: none, no thread)
+  // What iterator state checks a restore against.
+  int num_workers = 1, worker_index = 0;
+  std::string distribution;           // the entry point and the split parameters
+  std::vector<NodePtr<E>> pipelines;  // the datasets read, in order
 };
 
 /// \throws InvalidArgumentError for a negative buffer size, or PER_REPLICA when `from_function`
@@ -45,6 +52,15 @@ void check_input_options(const InputOptions& o, bool from_function);
 /// \throws InvalidArgumentError unless `num_workers >= 1`, `0 <= worker_index < num_workers`
 /// and there is at least one local replica.
 void check_workers(int num_workers, int worker_index, std::size_t local_replicas);
+
+/// Where a distributed iterator runs, as its saved state records it.
+struct IteratorPlacement {
+  int64_t num_workers = 1, worker_index = 0, local_replicas = 1, replicas_in_sync = 1;
+};
+void write_placement(StateWriter& w, const IteratorPlacement& p);
+/// Reads a placement and compares it with `current`. \throws InvalidArgumentError naming both
+/// sides of every difference ("saved with 2 replicas in sync, restoring into 4").
+void check_placement(StateReader& r, const IteratorPlacement& current);
 
 /// The auto-shard decision for one worker.
 struct ShardPlan {
@@ -87,11 +103,23 @@ DistributedDataset<E> distribute_dataset(const Dataset<E>& ds, std::vector<Devic
   state->replica_spec = per_replica_spec(node->spec(), node->info(), n);
   state->num_local_replicas = plan.devices.size();
   state->buffer_size = o.experimental_per_replica_buffer_size;
-  state->open = [node, ctx = shard.ctx, plan](std::stop_token stop) {
+  state->num_workers = num_workers;
+  state->worker_index = worker_index;
+  state->distribution = ::mirrored::detail::str_cat(
+      "experimental_distribute_dataset(rebatch_policy=", static_cast<int>(plan.policy),
+      ", keep_own_slices=", plan.keep_own_slices, ", shard_files=", shard.ctx.shard_files,
+      ", shard_hint=", shard.ctx.shard_hint, ", fetch_to_device=", plan.fetch_to_device, ")");
+  state->pipelines = {node};
+  state->open = [node, ctx = shard.ctx, plan](std::stop_token stop) -> typename DistributedState<E>::Source {
     OpenContext pass = ctx;
     pass.stop = std::move(stop);
-    auto source = std::make_shared<RebatchSource<E>>(node->open(pass), plan, pass.stop);
-    return StepFn<E>([source] { return source->next_step(); });
+    return std::make_shared<RebatchSource<E>>(node->open(pass), plan, pass.stop);
+  };
+  state->restore = [node, ctx = shard.ctx, plan](std::stop_token stop,
+                                                 StateReader& r) -> typename DistributedState<E>::Source {
+    OpenContext pass = ctx;
+    pass.stop = std::move(stop);
+    return RebatchSource<E>::restore(*node, pass, plan, r);
   };
   return DistributedDataset<E>(std::move(state));
 }
@@ -125,13 +153,25 @@ auto distribute_datasets_from_function(Fn& fn, std::vector<Device> devices, int 
   state->replica_spec = nodes[0]->spec();
   state->num_local_replicas = devices.size();
   state->buffer_size = o.experimental_per_replica_buffer_size;
-  state->open = [nodes, devices = std::move(devices), fetch = o.experimental_fetch_to_device](std::stop_token stop) {
+  state->num_workers = num_workers;
+  state->worker_index = worker_index;
+  state->distribution = ::mirrored::detail::str_cat(
+      "distribute_datasets_from_function(replication_mode=", static_cast<int>(o.experimental_replication_mode),
+      ", fetch_to_device=", o.experimental_fetch_to_device, ")");
+  state->pipelines = nodes;
+  state->restore = [nodes, devices, fetch = o.experimental_fetch_to_device](
+                       std::stop_token stop, StateReader& r) -> typename DistributedState<E>::Source {
+    OpenContext pass;
+    pass.stop = std::move(stop);
+    return FunctionSource<E>::restore(nodes, pass, devices, fetch, r);
+  };
+  state->open = [nodes, devices = std::move(devices),
+                 fetch = o.experimental_fetch_to_device](std::stop_token stop) -> typename DistributedState<E>::Source {
     OpenContext pass;
     pass.stop = std::move(stop);
     std::vector<std::unique_ptr<Cursor<E>>> cursors;
     for (const auto& node : nodes) cursors.push_back(node->open(pass));
-    auto source = std::make_shared<FunctionSource<E>>(std::move(cursors), devices, fetch);
-    return StepFn<E>([source] { return source->next_step(); });
+    return std::make_shared<FunctionSource<E>>(std::move(cursors), devices, fetch);
   };
   return DistributedDataset<E>(std::move(state));
 }
@@ -147,6 +187,16 @@ auto distribute_datasets_from_function(Fn& fn, std::vector<Device> devices, int 
 /// a map function that itself never returns can delay it). Errors of the pipeline (a map
 /// function's exception, a missing file) are rethrown, with their type, by the call that would
 /// have returned the failed step; the pass is over after that. Move-only; use from one thread.
+///
+/// Checkpointing (what `checkpoint::CheckpointManager` tracks): `save_state` returns this
+/// worker's position as opaque bytes; `restore_state` on an iterator of an equal distributed
+/// dataset (same pipeline, same strategy shape, e.g. in a restarted process) makes it yield
+/// exactly the steps the saved iterator would have yielded next, bitwise, and later passes as
+/// they would have been. The steps prepared by the background thread and not yet taken are part
+/// of the state (nothing prepared is lost or repeated); see `Dataset::Iterator` for what the
+/// pipeline's state holds. A state records the number of input workers, this worker's index,
+/// the local replicas and the replicas in sync, and the pipeline; restoring it anywhere else is
+/// refused.
 template <class E>
 class DistributedIterator {
  public:
@@ -203,28 +253,185 @@ class DistributedIterator {
     return !it.current_.has_value();
   }
 
+  /// This worker's position (see the class comment) as opaque bytes for `restore_state`. The
+  /// background thread is paused (between two steps) while the state is taken and goes on after.
+  /// \throws FailedPreconditionError for a default-constructed iterator, or when the background
+  /// thread has failed ahead of the steps taken (take them: the error is reported);
+  /// UnimplementedError naming a custom dataset node or cursor that cannot save its state.
+  std::string save_state() {
+    MIRRORED_ENFORCE(state_ != nullptr, FailedPreconditionError,
+                     "DistributedIterator save_state: default-constructed iterator");
+    const std::string pipeline = describe();
+    data::detail::StateWriter pass;  // keeps the threads paused until the state is complete
+    std::vector<std::shared_ptr<const std::vector<E>>> queued;
+    if (prefetcher_) {
+      queued = prefetcher_->pause();
+      Steps* p = prefetcher_.get();
+      pass.hold([p] { p->resume(); });
+    }
+    // The steps not yet taken, oldest first: one looked at (`*it`), restored ones, prepared ones.
+    const bool looked = fetched_ && current_.has_value();
+    pass.u64((looked ? 1 : 0) + ready_.size() + queued.size());
+    if (looked) data::detail::write_step(pass, current_->values());
+    for (const auto& step : ready_) data::detail::write_step(pass, step);
+    for (const auto& step : queued) data::detail::write_step(pass, *step);
+    pass.boolean(source_ != nullptr);
+    if (source_) source_->save(pass);
+
+    data::detail::StateWriter w;
+    data::detail::write_state_header(w, data::detail::StateKind::distributed);
+    data::detail::write_placement(w, placement());
+    w.str(pipeline);
+    const std::vector<uint64_t> counters = all_counters();
+    w.u64(counters.size());
+    for (uint64_t c : counters) w.u64(c);
+    w.str(pass.take());
+    return w.take();
+  }
+
+  /// Replaces this iterator's pass by the one `state` (from `save_state`) describes, and sets the
+  /// pipelines' shuffle pass counters as they were (so restore into a freshly built dataset). A
+  /// failure changes nothing.
+  /// \throws FailedPreconditionError for a default-constructed iterator; InvalidArgumentError
+  /// when the state was saved with another number of input workers, worker index, local
+  /// replicas or replicas in sync, or from another pipeline (naming both sides), or when the bytes
+  /// are no such state, truncated or corrupt; for a file source, what opening the file at the
+  /// saved position throws.
+  void restore_state(const std::string& state) {
+    MIRRORED_ENFORCE(state_ != nullptr, FailedPreconditionError,
+                     "DistributedIterator restore_state: default-constructed iterator");
+    data::detail::StateReader r(state, "DistributedIterator restore_state");
+    data::detail::read_state_header(r, data::detail::StateKind::distributed);
+    data::detail::check_placement(r, placement());
+    const std::string saved = r.str();
+    data::detail::check_same_pipeline(r, saved, describe());
+    std::vector<uint64_t> counters(static_cast<std::size_t>(r.count(-1, 8, "pass counters")));
+    for (uint64_t& c : counters) c = r.u64();
+    const std::string pass = r.str();
+    r.expect_end();
+    data::detail::StateReader pr(pass, r.op());
+    const uint64_t n = pr.count(-1, 8, "steps not yet taken");
+    std::vector<std::vector<E>> ready;
+    for (uint64_t i = 0; i < n; ++i) ready.push_back(data::detail::read_step<E>(pr, state_->num_local_replicas));
+    const bool active = pr.boolean();
+
+    // The pass being replaced is paused until it is gone (its threads could open passes of a
+    // shuffle, counting them, while the counters are set); one that has failed is simply gone.
+    data::detail::StateWriter paused(true);
+    try {
+      pause_into(paused);
+    } catch (const Error&) {
+      finish();
+      paused.forget();
+    }
+    const std::vector<uint64_t> before = all_counters();
+    set_all_counters(counters, r);
+    DistributedIterator fresh;
+    try {
+      Source source;
+      if (active) {
+        std::stop_source stop;  // the fresh pass's, when it gets a thread
+        source = state_->restore(state_->buffer_size > 0 ? stop.get_token() : std::stop_token{}, pr);
+        pr.expect_end();
+        fresh = DistributedIterator(state_, std::move(source), std::move(ready), std::move(stop));
+      } else {
+        pr.expect_end();
+        fresh = DistributedIterator(state_, nullptr, std::move(ready), {});
+      }
+    } catch (...) {
+      set_all_counters(before, r);
+      throw;
+    }
+    *this = std::move(fresh);  // stops the old (paused) thread
+    paused.forget();
+  }
+
  private:
   friend class DistributedDataset<E>;
   using Steps = data::detail::Prefetcher<std::vector<E>>;
+  using Source = typename data::detail::DistributedState<E>::Source;
 
   explicit DistributedIterator(std::shared_ptr<const data::detail::DistributedState<E>> state)
       : state_(std::move(state)) {
     if (state_->buffer_size > 0) {
       std::stop_source pass;  // requested when the background thread is stopped
-      data::detail::StepFn<E> steps = state_->open(pass.get_token());
-      prefetcher_ = std::make_unique<Steps>(std::move(steps), state_->buffer_size, std::move(pass));
+      Source source = state_->open(pass.get_token());
+      start(std::move(source), {}, std::move(pass));
     } else {
-      direct_ = state_->open(std::stop_token{});  // pulled on the caller's thread: nothing to cancel
+      source_ = state_->open(std::stop_token{});  // pulled on the caller's thread: nothing to cancel
     }
+  }
+  // A restored pass: `ready` steps first, then `source`'s (null: none, the pass had ended).
+  DistributedIterator(std::shared_ptr<const data::detail::DistributedState<E>> state, Source source,
+                      std::vector<std::vector<E>> ready, std::stop_source pass)
+      : state_(std::move(state)) {
+    if (source && state_->buffer_size > 0) {
+      start(std::move(source), std::move(ready), std::move(pass));
+    } else {
+      source_ = std::move(source);
+      for (auto& step : ready) ready_.push_back(std::move(step));
+    }
+  }
+  void start(Source source, std::vector<std::vector<E>> ready, std::stop_source pass) {
+    source_ = source;
+    prefetcher_ = std::make_unique<Steps>([source] { return source->next_step(); }, state_->buffer_size,
+                                          std::move(pass), std::stop_token{}, std::move(ready));
+  }
+
+  data::detail::IteratorPlacement placement() const {
+    const auto local = static_cast<int64_t>(state_->num_local_replicas);
+    return {state_->num_workers, state_->worker_index, local, state_->num_workers * local};
+  }
+  std::string describe() const {
+    std::string out = state_->distribution;
+    for (const auto& node : state_->pipelines) out += " " + data::detail::describe_graph(*node);
+    return out;
+  }
+  std::vector<uint64_t> all_counters() const {
+    std::vector<uint64_t> out;
+    for (const auto& node : state_->pipelines) {
+      const std::vector<uint64_t> c = data::detail::graph_counters(*node);
+      out.insert(out.end(), c.begin(), c.end());
+    }
+    return out;
+  }
+  // Validates the count first, then sets each pipeline's share.
+  void set_all_counters(const std::vector<uint64_t>& values, const data::detail::StateReader& r) const {
+    const std::size_t expected = all_counters().size();
+    if (values.size() != expected)
+      r.corrupt(::mirrored::detail::str_cat(values.size(), " pass counters where the pipelines have ", expected));
+    std::size_t at = 0;
+    for (const auto& node : state_->pipelines) {
+      const std::size_t k = data::detail::graph_counters(*node).size();
+      data::detail::set_graph_counters(
+          *node,
+          std::vector<uint64_t>(values.begin() + static_cast<std::ptrdiff_t>(at),
+                                values.begin() + static_cast<std::ptrdiff_t>(at + k)),
+          r);
+      at += k;
+    }
+  }
+  // Pauses this pass's threads until `w` is destroyed.
+  void pause_into(data::detail::StateWriter& w) {
+    if (prefetcher_) {
+      prefetcher_->pause();
+      Steps* p = prefetcher_.get();
+      w.hold([p] { p->resume(); });
+    }
+    if (source_) source_->save(w);
   }
 
   std::optional<PerReplica<E>> pull() const {
     std::optional<std::vector<E>> step;
     try {
-      if (prefetcher_)
+      if (prefetcher_) {
         step = prefetcher_->next();
-      else if (direct_)
-        step = direct_();
+      } else if (!ready_.empty()) {
+        step = std::move(ready_.front());
+        ready_.pop_front();
+      } else if (source_) {
+        step = source_->next_step();
+      }
     } catch (...) {
       finish();
       throw;
@@ -237,7 +444,8 @@ class DistributedIterator {
   }
   void finish() const {
     prefetcher_.reset();  // stops and joins the background thread
-    direct_ = nullptr;
+    source_ = nullptr;
+    ready_.clear();
   }
   void fetch() const {
     if (!fetched_) {
@@ -247,8 +455,9 @@ class DistributedIterator {
   }
 
   std::shared_ptr<const data::detail::DistributedState<E>> state_;
+  mutable Source source_;  // read by the thread when there is one; saved while it is paused
   mutable std::unique_ptr<Steps> prefetcher_;
-  mutable data::detail::StepFn<E> direct_;
+  mutable std::deque<std::vector<E>> ready_;  // restored steps, when no thread hands them out
   mutable std::optional<PerReplica<E>> current_;
   mutable bool fetched_ = false;
 };

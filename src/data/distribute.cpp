@@ -1,6 +1,7 @@
 // The non-template parts of distributed input: option checks, the auto-shard decision, the
 // per-replica element spec, and the checks on each global batch.
 #include <atomic>
+#include <string>
 
 #include "mirrored/detail/format.hpp"
 #include "mirrored/distributed_dataset.hpp"
@@ -112,6 +113,34 @@ int64_t check_splittable(const std::vector<UntypedTensor>& batch, int num_slices
                      ::mirrored::detail::format_shape(batch[c].shape));
   }
   return batch[0].shape[0];
+}
+
+void write_placement(StateWriter& w, const IteratorPlacement& p) {
+  w.i64(p.num_workers);
+  w.i64(p.worker_index);
+  w.i64(p.local_replicas);
+  w.i64(p.replicas_in_sync);
+}
+
+void check_placement(StateReader& r, const IteratorPlacement& current) {
+  IteratorPlacement saved;
+  saved.num_workers = r.i64();
+  saved.worker_index = r.i64();
+  saved.local_replicas = r.i64();
+  saved.replicas_in_sync = r.i64();
+  std::string diff;
+  const auto add = [&](const std::string& part) { diff += (diff.empty() ? "" : "; ") + part; };
+  using ::mirrored::detail::str_cat;
+  if (saved.num_workers != current.num_workers)
+    add(str_cat("saved with ", saved.num_workers, " input workers, restoring into ", current.num_workers));
+  if (saved.worker_index != current.worker_index)
+    add(str_cat("saved as worker ", saved.worker_index, ", restoring as worker ", current.worker_index));
+  if (saved.replicas_in_sync != current.replicas_in_sync)
+    add(str_cat("saved with ", saved.replicas_in_sync, " replicas in sync, restoring into ", current.replicas_in_sync));
+  if (saved.local_replicas != current.local_replicas)
+    add(str_cat("saved with ", saved.local_replicas, " local replicas, restoring into ", current.local_replicas));
+  MIRRORED_ENFORCE(diff.empty(), InvalidArgumentError, r.op(), ": ", diff,
+                   " (an iterator resumes only where it was saved: the same workers and replicas)");
 }
 
 void warn_dropped_partial_step(std::size_t have, std::size_t replicas) {

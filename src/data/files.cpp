@@ -13,6 +13,7 @@
 #include "mirrored/data/files.hpp"
 #include "mirrored/errors.hpp"
 #include "util/files.hpp"
+#include "util/fnv1a.hpp"
 
 namespace mirrored::data::detail {
 namespace {
@@ -74,6 +75,30 @@ class RecordCursor final : public Cursor<Bytes> {
     }
   }
 
+  // State: files opened so far, whether one is open, and the records left in it.
+  void save(StateWriter& w) override {
+    w.u64(index_);
+    w.boolean(file_ != nullptr);
+    w.i64(remaining_);
+  }
+  void restore(StateReader& r) {
+    const uint64_t index = r.u64();
+    const bool open = r.boolean();
+    const int64_t remaining = r.i64();
+    r.check(index <= files_.size() && (!open || index >= 1), "a file index outside the file list");
+    r.check(remaining >= 0 && (open || remaining == 0), "a negative record count");
+    index_ = static_cast<std::size_t>(open ? index - 1 : index);
+    if (!open) return;
+    open_next();
+    const std::string& path = files_[index_ - 1];
+    MIRRORED_ENFORCE(remaining <= remaining_, InvalidArgumentError, r.op(), ": \"", path, "\" has ", remaining_,
+                     " records, fewer than the ", remaining, " left to read at the saved position");
+    const int64_t skip = (remaining_ - remaining) * format_.record_bytes + format_.header_bytes;
+    if (::fseeko(file_.get(), static_cast<off_t>(skip), SEEK_SET) != 0)
+      ::mirrored::detail::throw_file_error("fixed_length_record_dataset: ", "seeking in", path, errno);
+    remaining_ = remaining;
+  }
+
  private:
   bool open_next() {
     if (index_ >= files_.size()) return false;
@@ -128,6 +153,34 @@ class LineCursor final : public Cursor<Bytes> {
     }
   }
 
+  // State: files opened so far, whether one is open, and the offset of the next line in it.
+  void save(StateWriter& w) override {
+    w.u64(index_);
+    w.boolean(file_ != nullptr);
+    int64_t offset = 0;
+    if (file_) {
+      offset = static_cast<int64_t>(::ftello(file_.get()));
+      if (offset < 0) ::mirrored::detail::throw_file_error("text_line_dataset: ", "telling the offset in", files_[index_ - 1], errno);
+    }
+    w.i64(offset);
+  }
+  void restore(StateReader& r) {
+    const uint64_t index = r.u64();
+    const bool open = r.boolean();
+    const int64_t offset = r.i64();
+    r.check(index <= files_.size() && (!open || index >= 1), "a file index outside the file list");
+    r.check(offset >= 0 && (open || offset == 0), "a negative line offset");
+    index_ = static_cast<std::size_t>(index);
+    if (!open) return;
+    const std::string& path = files_[index_ - 1];
+    std::uint64_t size = 0;
+    file_ = open_file(path, "text_line_dataset", &size);
+    MIRRORED_ENFORCE(static_cast<uint64_t>(offset) <= size, InvalidArgumentError, r.op(), ": \"", path, "\" has ",
+                     size, " bytes, fewer than the saved offset ", offset);
+    if (::fseeko(file_.get(), static_cast<off_t>(offset), SEEK_SET) != 0)
+      ::mirrored::detail::throw_file_error("text_line_dataset: ", "seeking in", path, errno);
+  }
+
  private:
   // Reads one line without its "\n" or "\r\n"; false at the end of the file. A read error is
   // an error naming the file and errno, not an end of file (which would lose data silently).
@@ -164,6 +217,35 @@ std::unique_ptr<Cursor<Tensor<uint8_t>>> open_record_files(const std::vector<std
 std::unique_ptr<Cursor<Tensor<uint8_t>>> open_line_files(const std::vector<std::string>& files,
                                                          const OpenContext& ctx) {
   return std::make_unique<LineCursor>(my_files(files, ctx), ctx.stop);
+}
+
+std::unique_ptr<Cursor<Tensor<uint8_t>>> restore_record_files(const std::vector<std::string>& files,
+                                                              const RecordFormat& format, const OpenContext& ctx,
+                                                              StateReader& r) {
+  auto c = std::make_unique<RecordCursor>(my_files(files, ctx), format, ctx.stop);
+  c->restore(r);
+  return c;
+}
+
+std::unique_ptr<Cursor<Tensor<uint8_t>>> restore_line_files(const std::vector<std::string>& files,
+                                                            const OpenContext& ctx, StateReader& r) {
+  auto c = std::make_unique<LineCursor>(my_files(files, ctx), ctx.stop);
+  c->restore(r);
+  return c;
+}
+
+std::string describe_files(const std::vector<std::string>& files, bool lines, const RecordFormat& format) {
+  // The names go in as a hash: a state stays small, and a different file list is still refused.
+  std::string names;
+  for (const std::string& f : files) {
+    names += f;
+    names.push_back('\0');
+  }
+  const uint64_t hash = ::mirrored::detail::fnv1a(names);
+  if (lines) return str_cat("text_line_dataset(", files.size(), " files, names ", hash, ")");
+  return str_cat("fixed_length_record_dataset(", files.size(), " files, names ", hash, ", record_bytes=",
+                 format.record_bytes, ", header_bytes=", format.header_bytes, ", footer_bytes=", format.footer_bytes,
+                 ")");
 }
 
 }  // namespace mirrored::data::detail

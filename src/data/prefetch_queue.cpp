@@ -9,6 +9,7 @@
 #include <optional>
 #include <stop_token>
 #include <thread>
+#include <vector>
 
 #include "mirrored/data/detail/prefetch.hpp"
 #include "util/spin.hpp"
@@ -47,8 +48,21 @@ struct PrefetchQueue::State {
     try {
       // Make the next result first, then wait for room: the queue's `capacity` results are ready
       // ahead, and one more is being made while the consumer has not yet taken the oldest.
-      for (std::int64_t index = 0; !stopping.load(std::memory_order_acquire); ++index) {
+      for (std::int64_t index = 0;; ++index) {
+        {
+          // Not while paused: the pipeline is being saved from the consumer's thread.
+          std::unique_lock<std::mutex> lock(mu);
+          quiet.wait(lock, [&] { return stop || !paused; });
+          if (stop) break;
+          producing = true;
+        }
         Item item = produce_traced(index);
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          producing = false;
+          held = item;
+        }
+        quiet.notify_all();
         if (!item) break;
         mirrored::detail::spin_for(
             [&] { return size.load(std::memory_order_acquire) < capacity || stopping.load(std::memory_order_acquire); },
@@ -56,7 +70,8 @@ struct PrefetchQueue::State {
         std::unique_lock<std::mutex> lock(mu);
         not_full.wait(lock, [&] { return stop || items.size() < capacity; });
         if (stop) break;
-        items.push_back(std::move(item));
+        items.push_back(std::move(held));
+        held = nullptr;
         size.store(items.size(), std::memory_order_release);
         not_empty.notify_one();
       }
@@ -70,9 +85,11 @@ struct PrefetchQueue::State {
     {
       std::lock_guard<std::mutex> lock(mu);
       done = true;
+      producing = false;
       finished.store(true, std::memory_order_release);
     }
     not_empty.notify_all();
+    quiet.notify_all();
   }
 
   // The pass it belongs to was cancelled: `own` is requested and the consumer released.
@@ -92,8 +109,11 @@ struct PrefetchQueue::State {
   const ItemBytes bytes_of;
   std::mutex mu;
   std::condition_variable not_empty, not_full;
+  std::condition_variable quiet;  // `producing` became false, or `paused` was cleared
   std::deque<Item> items;
+  Item held;  // made and waiting for room in `items`
   bool stop = false, done = false, cancelled = false;
+  bool paused = false, producing = false;  // `pause`: the producer keeps out of `produce`
   std::exception_ptr error;
   // Lock-free copies of items.size(), done, stop and cancelled for the spin phase (written under mu).
   std::atomic<std::size_t> size{0};
@@ -103,9 +123,11 @@ struct PrefetchQueue::State {
 };
 
 PrefetchQueue::PrefetchQueue(std::function<Item()> produce, std::size_t capacity, std::stop_source own,
-                             std::stop_token outer, ItemBytes bytes_of)
+                             std::stop_token outer, ItemBytes bytes_of, std::vector<Item> ready)
     : state_(std::make_unique<State>(std::move(produce), capacity, std::move(own), bytes_of)) {
   State* s = state_.get();
+  for (Item& item : ready) s->items.push_back(std::move(item));
+  s->size.store(s->items.size(), std::memory_order_relaxed);
   s->thread = std::thread([s] { s->loop(); });
   // Runs at once when `outer` is already requested.
   if (outer.stop_possible())
@@ -122,7 +144,35 @@ PrefetchQueue::~PrefetchQueue() {
     s.stopping.store(true, std::memory_order_release);
   }
   s.not_full.notify_all();
+  s.quiet.notify_all();
   s.thread.join();
+}
+
+std::vector<PrefetchQueue::Item> PrefetchQueue::pause() {
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  s.paused = true;
+  s.quiet.wait(lock, [&] { return !s.producing; });
+  if (s.error) {
+    s.paused = false;
+    lock.unlock();
+    s.quiet.notify_all();
+    throw FailedPreconditionError(
+        "save_state: the input pipeline failed ahead of the elements taken so far; its error is reported by the "
+        "next call that takes an element, after which the pass is over");
+  }
+  std::vector<Item> out(s.items.begin(), s.items.end());
+  if (s.held) out.push_back(s.held);
+  return out;
+}
+
+void PrefetchQueue::resume() noexcept {
+  State& s = *state_;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.paused = false;
+  }
+  s.quiet.notify_all();
 }
 
 PrefetchQueue::Item PrefetchQueue::next() {

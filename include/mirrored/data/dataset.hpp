@@ -10,6 +10,7 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -139,6 +140,16 @@ class Dataset {
 
   /// Input iterator over the elements of one pass. Move-only; it owns the pass (and any
   /// background thread of a `prefetch`, which it stops when destroyed).
+  ///
+  /// Checkpointing: `save_state` returns the iterator's position as opaque bytes, and
+  /// `restore_state` on an iterator of an equal dataset (built the same way, e.g. in a restarted
+  /// process) continues from there: it yields exactly the elements the saved iterator would have
+  /// yielded next, and later passes (`begin()` again, the repetitions of a `repeat`) reshuffle as
+  /// they would have. The state holds positions (a range's next value, a file and the offset in
+  /// it, take/skip/shard counts, repetitions left) and the elements a pass holds (a shuffle
+  /// buffer, what a `prefetch` made and was not yet taken), never a replay of the pass; map and
+  /// filter functions are assumed pure (their own state, if any, is not saved). Elements are
+  /// stored in host byte order: restore on a machine of the same byte order.
   class Iterator {
    public:
     using value_type = E;
@@ -149,6 +160,10 @@ class Dataset {
     Iterator() = default;
     /// Iterates `cursor` (what `begin()` does with a fresh pass).
     explicit Iterator(std::unique_ptr<detail::Cursor<E>> cursor) : cursor_(std::move(cursor)) {}
+    /// Iterates `cursor`, a pass over `node` (what `begin()` does; `node` makes the iterator's
+    /// state savable).
+    Iterator(detail::NodePtr<E> node, std::unique_ptr<detail::Cursor<E>> cursor)
+        : node_(std::move(node)), cursor_(std::move(cursor)) {}
     Iterator(Iterator&&) noexcept = default;
     Iterator& operator=(Iterator&&) noexcept = default;
 
@@ -183,6 +198,76 @@ class Dataset {
       return !it.current_.has_value();
     }
 
+    /// This iterator's position (see the class comment): opaque bytes for `restore_state`. Any
+    /// `prefetch` thread is paused while the state is taken. Not thread-safe with `next`.
+    /// \throws FailedPreconditionError for an iterator not made by `begin()`, or when a prefetch
+    /// thread has failed ahead of the elements taken (take them: the error is reported);
+    /// UnimplementedError naming a custom node or cursor that cannot save its state.
+    std::string save_state() const {
+      MIRRORED_ENFORCE(node_ != nullptr, FailedPreconditionError,
+                       "Dataset iterator save_state: the iterator was not made by Dataset::begin");
+      const std::string pipeline = detail::describe_graph(*node_);
+      detail::StateWriter pass;  // keeps the pass's threads paused until the state is complete
+      if (cursor_) cursor_->save(pass);
+      detail::StateWriter w;
+      detail::write_state_header(w, detail::StateKind::dataset);
+      w.str(pipeline);
+      const std::vector<uint64_t> counters = detail::graph_counters(*node_);
+      w.u64(counters.size());
+      for (uint64_t c : counters) w.u64(c);
+      w.boolean(cursor_ != nullptr);
+      w.boolean(fetched_ && current_.has_value());  // looked at (`*it`) but not yet consumed
+      if (fetched_ && current_) detail::write_element(w, *current_);
+      w.str(pass.take());
+      return w.take();
+    }
+    /// Replaces this iterator's pass by the one `state` (from `save_state` on an iterator of an
+    /// equal dataset) describes, and sets the dataset's shuffle pass counters as they were (so
+    /// restore into a freshly built dataset). A failure changes nothing.
+    /// \throws FailedPreconditionError for an iterator not made by `begin()`; InvalidArgumentError
+    /// for bytes that are no such state, are truncated or corrupt, or come from another pipeline
+    /// (naming both); for a file source, what opening the file at the saved position throws.
+    void restore_state(const std::string& state) {
+      MIRRORED_ENFORCE(node_ != nullptr, FailedPreconditionError,
+                       "Dataset iterator restore_state: the iterator was not made by Dataset::begin");
+      detail::StateReader r(state, "Dataset iterator restore_state");
+      detail::read_state_header(r, detail::StateKind::dataset);
+      const std::string saved = r.str();
+      detail::check_same_pipeline(r, saved, detail::describe_graph(*node_));
+      std::vector<uint64_t> counters(static_cast<std::size_t>(r.count(-1, 8, "pass counters")));
+      for (uint64_t& c : counters) c = r.u64();
+      const bool active = r.boolean();
+      std::optional<E> pending;
+      if (r.boolean()) pending = detail::read_element<E>(r);
+      const std::string pass = r.str();
+      r.expect_end();
+      detail::StateReader pr(pass, r.op());
+      // The pass being replaced is paused (its threads could open passes, counting them) until
+      // it is gone; one that has failed is simply gone.
+      detail::StateWriter paused(true);
+      try {
+        if (cursor_) cursor_->save(paused);
+      } catch (const Error&) {
+        cursor_.reset();
+        paused.forget();
+      }
+      const std::vector<uint64_t> before = detail::graph_counters(*node_);
+      detail::set_graph_counters(*node_, counters, r);
+      std::unique_ptr<detail::Cursor<E>> cursor;
+      try {
+        if (active) cursor = node_->restore(detail::OpenContext{}, pr);
+        pr.expect_end();
+      } catch (...) {
+        detail::set_graph_counters(*node_, before, r);
+        throw;
+      }
+      cursor_.reset();  // stops its (paused) threads
+      paused.forget();
+      cursor_ = std::move(cursor);
+      fetched_ = pending.has_value();
+      current_ = std::move(pending);
+    }
+
    private:
     std::optional<E> pull() const {
       if (!cursor_) return std::nullopt;
@@ -203,6 +288,7 @@ class Dataset {
       }
     }
 
+    detail::NodePtr<E> node_;
     mutable std::unique_ptr<detail::Cursor<E>> cursor_;
     mutable std::optional<E> current_;
     mutable bool fetched_ = false;
@@ -210,7 +296,7 @@ class Dataset {
 
   /// A new pass over the data (a new epoch: a `shuffle` reshuffles). Starts the threads of any
   /// `prefetch`, which stop when the iterator is destroyed.
-  Iterator begin() const { return Iterator(node_->open(detail::OpenContext{})); }
+  Iterator begin() const { return Iterator(node_, node_->open(detail::OpenContext{})); }
   /// The end sentinel of every pass.
   std::default_sentinel_t end() const noexcept { return {}; }
 

@@ -27,6 +27,16 @@ struct RecordFormat {
 std::unique_ptr<Cursor<Tensor<uint8_t>>> open_record_files(const std::vector<std::string>& files,
                                                            const RecordFormat& format, const OpenContext& ctx);
 std::unique_ptr<Cursor<Tensor<uint8_t>>> open_line_files(const std::vector<std::string>& files, const OpenContext& ctx);
+/// Cursors positioned by saved state: the file being read and the position in it (records
+/// read, or the byte offset of the next line). \throws InvalidArgumentError for corrupt state or
+/// a file now too short for the saved position; what opening the file throws.
+std::unique_ptr<Cursor<Tensor<uint8_t>>> restore_record_files(const std::vector<std::string>& files,
+                                                              const RecordFormat& format, const OpenContext& ctx,
+                                                              StateReader& r);
+std::unique_ptr<Cursor<Tensor<uint8_t>>> restore_line_files(const std::vector<std::string>& files,
+                                                            const OpenContext& ctx, StateReader& r);
+/// The source as iterator state describes it: kind, format, and the file names (hashed).
+std::string describe_files(const std::vector<std::string>& files, bool lines, const RecordFormat& format);
 
 /// A source reading a list of files; `lines` picks text lines, else fixed-length records.
 class FileNode final : public Node<Tensor<uint8_t>> {
@@ -40,6 +50,10 @@ class FileNode final : public Node<Tensor<uint8_t>> {
   std::unique_ptr<Cursor<Tensor<uint8_t>>> open(const OpenContext& ctx) const override {
     return lines_ ? open_line_files(files_, ctx) : open_record_files(files_, format_, ctx);
   }
+  std::unique_ptr<Cursor<Tensor<uint8_t>>> restore(const OpenContext& ctx, StateReader& r) const override {
+    return lines_ ? restore_line_files(files_, ctx, r) : restore_record_files(files_, format_, ctx, r);
+  }
+  std::string describe() const override { return describe_files(files_, lines_, format_); }
 
  private:
   static GraphInfo info_for(const std::vector<std::string>& files) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -31,6 +32,19 @@ class BatchNode final : public Node<E> {
   std::unique_ptr<Cursor<E>> open(const OpenContext& ctx) const override {
     return std::make_unique<BatchCursor>(input_->open(ctx), batch_size_, drop_remainder_, ctx.stop);
   }
+  /// State: whether the input has ended, else the input's (a batch is made within one `next`).
+  std::unique_ptr<Cursor<E>> restore(const OpenContext& ctx, StateReader& r) const override {
+    const bool done = r.boolean();
+    auto c = std::make_unique<BatchCursor>(done ? nullptr : input_->restore(ctx, r), batch_size_, drop_remainder_,
+                                           ctx.stop);
+    c->done = done;
+    return c;
+  }
+  std::string describe() const override {
+    return ::mirrored::detail::str_cat("batch(", batch_size_, ", drop_remainder=", drop_remainder_ ? "true" : "false",
+                                       ")");
+  }
+  std::vector<const NodeBase*> inputs() const override { return {input_.get()}; }
 
  private:
   struct BatchCursor final : Cursor<E> {
@@ -61,6 +75,10 @@ class BatchNode final : public Node<E> {
       out.reserve(columns.size());
       for (std::size_t c = 0; c < columns.size(); ++c) out.push_back(stack_rows(columns[c], c));
       return restore_element<E>(out);
+    }
+    void save(StateWriter& w) override {
+      w.boolean(done);
+      if (!done) in->save(w);
     }
   };
 

@@ -12,7 +12,9 @@
 #include <memory>
 #include <optional>
 #include <stop_token>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "mirrored/data/detail/node.hpp"
 #include "mirrored/detail/nest.hpp"
@@ -36,12 +38,16 @@ namespace mirrored::data::detail {
 ///
 /// `bytes_of(item)`, when given, is the size of an item's tensors for the timeline (negative: not
 /// known); it is called only while a timeline is recorded.
+///
+/// Iterator state: `pause` stops the producer between two `produce` calls, so that the pipeline
+/// `produce` reads can be saved from the consumer's thread; `ready` (items of a restored pass)
+/// are queued ahead of what `produce` makes.
 class PrefetchQueue {
  public:
   using Item = std::shared_ptr<void>;
   using ItemBytes = std::int64_t (*)(const void* item);
   PrefetchQueue(std::function<Item()> produce, std::size_t capacity, std::stop_source own = {},
-                std::stop_token outer = {}, ItemBytes bytes_of = nullptr);
+                std::stop_token outer = {}, ItemBytes bytes_of = nullptr, std::vector<Item> ready = {});
   ~PrefetchQueue();
   PrefetchQueue(const PrefetchQueue&) = delete;
   PrefetchQueue& operator=(const PrefetchQueue&) = delete;
@@ -49,6 +55,14 @@ class PrefetchQueue {
   /// The next item; null after the last one. \throws what `produce` threw; PassCancelled when
   /// `outer` was requested.
   Item next();
+  /// Waits until the producer is outside `produce` (for one in progress to return) and keeps it
+  /// there until `resume`; returns the items made and not yet taken, oldest first (including one
+  /// made and waiting for room). Call from the consumer's thread.
+  /// \throws FailedPreconditionError when `produce` failed and `next` has yet to report it (the
+  /// producer is not paused then).
+  std::vector<Item> pause();
+  /// Lets a paused producer go on.
+  void resume() noexcept;
 
  private:
   struct State;
@@ -83,7 +97,7 @@ class Prefetcher {
  public:
   /// `own`, `outer`: as `PrefetchQueue`'s.
   Prefetcher(std::function<std::optional<T>()> produce, std::size_t capacity, std::stop_source own = {},
-             std::stop_token outer = {})
+             std::stop_token outer = {}, std::vector<T> ready = {})
       : queue_(
             [produce = std::move(produce)]() -> PrefetchQueue::Item {
               std::optional<T> item = produce();
@@ -91,7 +105,7 @@ class Prefetcher {
               return std::make_shared<T>(std::move(*item));
             },
             capacity, std::move(own), std::move(outer),
-            [](const void* item) { return nest_bytes(*static_cast<const T*>(item)); }) {}
+            [](const void* item) { return nest_bytes(*static_cast<const T*>(item)); }, items_of(std::move(ready))) {}
 
   /// The next result; nullopt after the last one. \throws what `produce` threw.
   std::optional<T> next() {
@@ -99,8 +113,21 @@ class Prefetcher {
     if (!item) return std::nullopt;
     return std::move(*static_cast<T*>(item.get()));
   }
+  /// As `PrefetchQueue::pause`: the results made and not yet taken.
+  std::vector<std::shared_ptr<const T>> pause() {
+    std::vector<std::shared_ptr<const T>> out;
+    for (PrefetchQueue::Item& item : queue_.pause()) out.push_back(std::static_pointer_cast<const T>(std::move(item)));
+    return out;
+  }
+  void resume() noexcept { queue_.resume(); }
 
  private:
+  static std::vector<PrefetchQueue::Item> items_of(std::vector<T> ready) {
+    std::vector<PrefetchQueue::Item> out;
+    out.reserve(ready.size());
+    for (T& t : ready) out.push_back(std::make_shared<T>(std::move(t)));
+    return out;
+  }
   PrefetchQueue queue_;
 };
 
@@ -118,22 +145,52 @@ class PrefetchNode final : public Node<E> {
 
   std::unique_ptr<Cursor<E>> open(const OpenContext& ctx) const override {
     if (buffer_size_ == 0) return input_->open(ctx);
-    struct PrefetchCursor final : Cursor<E> {
-      Prefetcher<E> prefetcher;
-      PrefetchCursor(std::shared_ptr<Cursor<E>> in, std::size_t n, std::stop_source own, std::stop_token outer)
-          : prefetcher([in = std::move(in)] { return in->next(); }, n, std::move(own), std::move(outer)) {}
-      std::optional<E> next() override { return prefetcher.next(); }
-    };
     // The input runs on the prefetch thread, as a pass of its own that the thread can cancel.
     std::stop_source own;
     OpenContext inner = ctx;
     inner.stop = own.get_token();
     std::shared_ptr<Cursor<E>> in = input_->open(inner);
     return std::make_unique<PrefetchCursor>(std::move(in), static_cast<std::size_t>(buffer_size_), std::move(own),
-                                            ctx.stop);
+                                            ctx.stop, std::vector<E>{});
   }
+  /// State: the elements prefetched and not yet taken, then the input's (as of when they were
+  /// made). The restored thread hands out those elements first: none is lost or repeated.
+  std::unique_ptr<Cursor<E>> restore(const OpenContext& ctx, StateReader& r) const override {
+    if (buffer_size_ == 0) return input_->restore(ctx, r);
+    const uint64_t n = r.count(buffer_size_ + 1, 1, "prefetched elements");
+    std::vector<E> ready;
+    ready.reserve(static_cast<std::size_t>(n));
+    for (uint64_t i = 0; i < n; ++i) ready.push_back(read_element<E>(r));
+    std::stop_source own;
+    OpenContext inner = ctx;
+    inner.stop = own.get_token();
+    std::shared_ptr<Cursor<E>> in = input_->restore(inner, r);
+    return std::make_unique<PrefetchCursor>(std::move(in), static_cast<std::size_t>(buffer_size_), std::move(own),
+                                            ctx.stop, std::move(ready));
+  }
+  std::string describe() const override { return ::mirrored::detail::str_cat("prefetch(", buffer_size_, ")"); }
+  std::vector<const NodeBase*> inputs() const override { return {input_.get()}; }
 
  private:
+  struct PrefetchCursor final : Cursor<E> {
+    std::shared_ptr<Cursor<E>> in;  // run by the thread; read by `save` while it is paused
+    Prefetcher<E> prefetcher;       // declared last: stopped (joined) before `in` goes
+    PrefetchCursor(std::shared_ptr<Cursor<E>> i, std::size_t n, std::stop_source own, std::stop_token outer,
+                   std::vector<E> ready)
+        : in(std::move(i)),
+          prefetcher([in = in] { return in->next(); }, n, std::move(own), std::move(outer), std::move(ready)) {}
+    std::optional<E> next() override { return prefetcher.next(); }
+    // The thread stays paused until the writer is done, so that what is saved below it is the
+    // state the saved elements were made from.
+    void save(StateWriter& w) override {
+      const std::vector<std::shared_ptr<const E>> ready = prefetcher.pause();
+      w.hold([this] { prefetcher.resume(); });
+      w.u64(ready.size());
+      for (const auto& e : ready) write_element(w, *e);
+      in->save(w);
+    }
+  };
+
   NodePtr<E> input_;
   int64_t buffer_size_;
 };

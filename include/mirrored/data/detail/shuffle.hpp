@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,29 @@ class ShuffleNode final : public Node<E> {
     const uint64_t epoch_seed = mix() ^ SplitMix64 { epoch * 0xD1B54A32D192ED03ull + 1 }();
     return std::make_unique<ShuffleCursor>(input_->open(ctx), buffer_size_, epoch_seed, ctx.stop);
   }
+  /// State: the generator, the buffered elements, and the input's state unless it has ended.
+  /// The node's pass counter is part of the graph's counters (`counters`), restored before.
+  std::unique_ptr<Cursor<E>> restore(const OpenContext& ctx, StateReader& r) const override {
+    const uint64_t rng = r.u64();
+    const bool input_done = r.boolean(), filled = r.boolean();
+    const uint64_t n = r.count(buffer_size_, 1, "shuffle buffer size");
+    std::vector<E> buffer;
+    buffer.reserve(static_cast<std::size_t>(n));
+    for (uint64_t i = 0; i < n; ++i) buffer.push_back(read_element<E>(r));
+    auto c = std::make_unique<ShuffleCursor>(input_done ? nullptr : input_->restore(ctx, r), buffer_size_, rng,
+                                             ctx.stop);
+    c->buffer = std::move(buffer);
+    c->input_done = input_done;
+    c->filled = filled;
+    return c;
+  }
+  std::string describe() const override {
+    return ::mirrored::detail::str_cat("shuffle(buffer_size=", buffer_size_, ", seed=", seed_, ")");
+  }
+  std::vector<const NodeBase*> inputs() const override { return {input_.get()}; }
+  /// The number of passes opened so far, which seeds the next one.
+  std::vector<uint64_t> counters() const override { return {epochs_.load(std::memory_order_relaxed)}; }
+  void set_counters(const std::vector<uint64_t>& v) const override { epochs_.store(v.at(0), std::memory_order_relaxed); }
 
  private:
   struct ShuffleCursor final : Cursor<E> {
@@ -79,6 +103,14 @@ class ShuffleNode final : public Node<E> {
       buffer.pop_back();
       pull_one();
       return out;
+    }
+    void save(StateWriter& w) override {
+      w.u64(rng.state);
+      w.boolean(input_done);
+      w.boolean(filled);
+      w.u64(buffer.size());
+      for (const E& e : buffer) write_element(w, e);
+      if (!input_done) in->save(w);
     }
   };
 

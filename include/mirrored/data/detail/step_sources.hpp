@@ -21,9 +21,33 @@
 
 namespace mirrored::data::detail {
 
-/// Makes the next step (one element per local replica), or nullopt at the end.
+/// What a distributed iterator pulls steps from (one element per local replica per step).
 template <class E>
-using StepFn = std::function<std::optional<std::vector<E>>()>;
+class StepSource {
+ public:
+  virtual ~StepSource() = default;
+  /// The next step, or nullopt at the end.
+  virtual std::optional<std::vector<E>> next_step() = 0;
+  /// Writes the source's position and the rows it holds (see `Cursor::save`).
+  virtual void save(StateWriter& w) = 0;
+};
+
+/// Writes a step: its element count, then the elements.
+template <class E>
+void write_step(StateWriter& w, const std::vector<E>& step) {
+  w.u64(step.size());
+  for (const E& e : step) write_element(w, e);
+}
+/// Reads a step of `replicas` elements. \throws InvalidArgumentError for another count.
+template <class E>
+std::vector<E> read_step(StateReader& r, std::size_t replicas) {
+  const uint64_t n = r.u64();
+  if (n != replicas) r.corrupt(::mirrored::detail::str_cat("a step of ", n, " elements for ", replicas, " replicas"));
+  std::vector<E> step;
+  step.reserve(replicas);
+  for (std::size_t i = 0; i < replicas; ++i) step.push_back(read_element<E>(r));
+  return step;
+}
 
 /// How a worker turns its dataset's global batches into steps.
 struct SplitPlan {
@@ -45,12 +69,54 @@ int64_t check_splittable(const std::vector<UntypedTensor>& batch, int num_slices
 void warn_dropped_partial_step(std::size_t have, std::size_t replicas);
 
 template <class E>
-class RebatchSource {
+class RebatchSource final : public StepSource<E> {
  public:
   RebatchSource(std::unique_ptr<Cursor<E>> in, SplitPlan plan, std::stop_token stop = {})
       : in_(std::move(in)), plan_(std::move(plan)), stop_(std::move(stop)) {}
 
-  std::optional<std::vector<E>> next_step() {
+  /// A source positioned by the state `save` wrote (`node` and `ctx` as the saved source's).
+  /// \throws InvalidArgumentError for corrupt state; what `node.restore` throws.
+  static std::shared_ptr<RebatchSource> restore(const Node<E>& node, const OpenContext& ctx, SplitPlan plan,
+                                                StateReader& r) {
+    const bool done = r.boolean();
+    const int64_t next_group = r.i64(), last_group = r.i64();
+    r.check(next_group >= 0 && last_group >= -1 && last_group < plan.num_workers && next_group <= last_group + 1,
+            "a slice group outside the workers");
+    std::vector<UntypedTensor> batch;
+    if (r.boolean()) {
+      for (DType d : element_dtypes<E>()) batch.push_back(r.tensor(d));
+    }
+    r.check(next_group > last_group || !batch.empty(), "slices to hand out without a batch");
+    auto source = std::make_shared<RebatchSource>(done ? nullptr : node.restore(ctx, r), std::move(plan), ctx.stop);
+    source->done_ = done;
+    source->next_group_ = static_cast<int>(next_group);
+    source->last_group_ = static_cast<int>(last_group);
+    if (!batch.empty()) {
+      const int n = source->plan_.num_workers * static_cast<int>(source->plan_.devices.size());
+      try {
+        source->ranges_ = split_rows(source->plan_.policy, check_splittable(batch, n), n);
+      } catch (const InvalidArgumentError& e) {
+        r.corrupt(e.what());
+      }
+      source->batch_ = std::move(batch);
+    }
+    return source;
+  }
+
+  /// State: whether the input has ended, the groups of slices still to hand out of the current
+  /// global batch, that batch, then the input's state.
+  void save(StateWriter& w) override {
+    w.boolean(done_);
+    w.i64(next_group_);
+    w.i64(last_group_);
+    const bool holds = next_group_ <= last_group_;
+    w.boolean(holds);
+    if (holds && !w.pause_only())
+      for (const UntypedTensor& t : batch_) w.tensor(t);
+    if (!done_) in_->save(w);
+  }
+
+  std::optional<std::vector<E>> next_step() override {
     if (done_) return std::nullopt;
     if (plan_.pass_through) return pass_through();
     const int replicas = static_cast<int>(plan_.devices.size());
@@ -110,12 +176,34 @@ class RebatchSource {
 /// of a step, the replicas left without an element get an empty (0-row) batch shaped like the
 /// others'; the iteration ends when no replica gets anything.
 template <class E>
-class FunctionSource {
+class FunctionSource final : public StepSource<E> {
  public:
   FunctionSource(std::vector<std::unique_ptr<Cursor<E>>> cursors, std::vector<Device> devices, bool fetch_to_device)
       : cursors_(std::move(cursors)), devices_(std::move(devices)), fetch_(fetch_to_device) {}
 
-  std::optional<std::vector<E>> next_step() {
+  /// A source positioned by the state `save` wrote (`nodes` and `ctx` as the saved source's).
+  /// \throws InvalidArgumentError for corrupt state; what the nodes' `restore` throws.
+  static std::shared_ptr<FunctionSource> restore(const std::vector<NodePtr<E>>& nodes, const OpenContext& ctx,
+                                                 std::vector<Device> devices, bool fetch_to_device, StateReader& r) {
+    const bool done = r.boolean();
+    std::vector<std::unique_ptr<Cursor<E>>> cursors;
+    for (const auto& node : nodes) cursors.push_back(r.boolean() ? node->restore(ctx, r) : nullptr);
+    auto source = std::make_shared<FunctionSource>(std::move(cursors), std::move(devices), fetch_to_device);
+    source->done_ = done;
+    return source;
+  }
+
+  /// State: whether the iteration has ended, then for each cursor whether it is still open and
+  /// its state.
+  void save(StateWriter& w) override {
+    w.boolean(done_);
+    for (auto& c : cursors_) {
+      w.boolean(c != nullptr);
+      if (c) c->save(w);
+    }
+  }
+
+  std::optional<std::vector<E>> next_step() override {
     if (done_) return std::nullopt;
     const std::size_t replicas = devices_.size();
     std::vector<std::optional<std::vector<UntypedTensor>>> got(replicas);

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -50,6 +51,7 @@ class UnaryNode : public Node<Out> {
   UnaryNode(NodePtr<In> input, std::vector<TensorSpec> spec, GraphInfo info)
       : Node<Out>(std::move(spec), std::move(info)), input_(std::move(input)) {}
   const NodePtr<In>& input() const noexcept { return input_; }
+  std::vector<const NodeBase*> inputs() const override { return {input_.get()}; }
 
  private:
   NodePtr<In> input_;
@@ -66,20 +68,27 @@ class MapNode final : public UnaryNode<In, element_result_t<Fn, In>> {
   MapNode(NodePtr<In> input, Fn fn) : UnaryNode<In, Out>(input, unknown_specs(), input->info()), fn_(std::move(fn)) {}
 
   std::unique_ptr<Cursor<Out>> open(const OpenContext& ctx) const override {
-    struct MapCursor final : Cursor<Out> {
-      std::unique_ptr<Cursor<In>> in;
-      Fn fn;
-      MapCursor(std::unique_ptr<Cursor<In>> i, Fn f) : in(std::move(i)), fn(std::move(f)) {}
-      std::optional<Out> next() override {
-        std::optional<In> e = in->next();
-        if (!e) return std::nullopt;
-        return Out(invoke_on_element(fn, *e));
-      }
-    };
     return std::make_unique<MapCursor>(this->input()->open(ctx), fn_);
   }
+  /// State: the input's (the function is assumed pure: a fresh copy of it is used).
+  std::unique_ptr<Cursor<Out>> restore(const OpenContext& ctx, StateReader& r) const override {
+    return std::make_unique<MapCursor>(this->input()->restore(ctx, r), fn_);
+  }
+  std::string describe() const override { return "map()"; }
 
  private:
+  struct MapCursor final : Cursor<Out> {
+    std::unique_ptr<Cursor<In>> in;
+    Fn fn;
+    MapCursor(std::unique_ptr<Cursor<In>> i, Fn f) : in(std::move(i)), fn(std::move(f)) {}
+    std::optional<Out> next() override {
+      std::optional<In> e = in->next();
+      if (!e) return std::nullopt;
+      return Out(invoke_on_element(fn, *e));
+    }
+    void save(StateWriter& w) override { in->save(w); }
+  };
+
   static std::vector<TensorSpec> unknown_specs() {
     std::vector<TensorSpec> specs;
     for (DType d : element_dtypes<Out>()) specs.push_back(TensorSpec::unknown_shape(d));
@@ -97,24 +106,31 @@ class FilterNode final : public UnaryNode<E, E> {
       : UnaryNode<E, E>(input, input->spec(), input->info()), pred_(std::move(pred)) {}
 
   std::unique_ptr<Cursor<E>> open(const OpenContext& ctx) const override {
-    struct FilterCursor final : Cursor<E> {
-      std::unique_ptr<Cursor<E>> in;
-      Pred pred;
-      std::stop_token stop;
-      FilterCursor(std::unique_ptr<Cursor<E>> i, Pred p, std::stop_token s)
-          : in(std::move(i)), pred(std::move(p)), stop(std::move(s)) {}
-      std::optional<E> next() override {
-        while (std::optional<E> e = in->next()) {
-          if (is_true(invoke_on_element(pred, *e))) return e;
-          throw_if_cancelled(stop);  // it may reject everything, forever
-        }
-        return std::nullopt;
-      }
-    };
     return std::make_unique<FilterCursor>(this->input()->open(ctx), pred_, ctx.stop);
   }
+  /// State: the input's (the predicate is assumed pure).
+  std::unique_ptr<Cursor<E>> restore(const OpenContext& ctx, StateReader& r) const override {
+    return std::make_unique<FilterCursor>(this->input()->restore(ctx, r), pred_, ctx.stop);
+  }
+  std::string describe() const override { return "filter()"; }
 
  private:
+  struct FilterCursor final : Cursor<E> {
+    std::unique_ptr<Cursor<E>> in;
+    Pred pred;
+    std::stop_token stop;
+    FilterCursor(std::unique_ptr<Cursor<E>> i, Pred p, std::stop_token s)
+        : in(std::move(i)), pred(std::move(p)), stop(std::move(s)) {}
+    std::optional<E> next() override {
+      while (std::optional<E> e = in->next()) {
+        if (is_true(invoke_on_element(pred, *e))) return e;
+        throw_if_cancelled(stop);  // it may reject everything, forever
+      }
+      return std::nullopt;
+    }
+    void save(StateWriter& w) override { in->save(w); }
+  };
+
   Pred pred_;
 };
 
@@ -128,30 +144,44 @@ class TakeSkipNode final : public UnaryNode<E, E> {
   }
 
   std::unique_ptr<Cursor<E>> open(const OpenContext& ctx) const override {
-    struct TakeSkipCursor final : Cursor<E> {
-      std::unique_ptr<Cursor<E>> in;
-      int64_t n, seen = 0;
-      bool take;
-      std::stop_token stop;
-      TakeSkipCursor(std::unique_ptr<Cursor<E>> i, int64_t count, bool t, std::stop_token s)
-          : in(std::move(i)), n(count), take(t), stop(std::move(s)) {}
-      std::optional<E> next() override {
-        if (take) {
-          if (n >= 0 && seen >= n) return std::nullopt;
-          ++seen;
-          return in->next();
-        }
-        for (; n < 0 || seen < n; ++seen) {
-          if (!in->next()) return std::nullopt;
-          throw_if_cancelled(stop);
-        }
-        return in->next();
-      }
-    };
     return std::make_unique<TakeSkipCursor>(this->input()->open(ctx), n_, take_, ctx.stop);
   }
+  /// State: the count taken or skipped so far, then the input's.
+  std::unique_ptr<Cursor<E>> restore(const OpenContext& ctx, StateReader& r) const override {
+    const int64_t seen = r.i64();
+    r.check(seen >= 0 && (n_ < 0 || seen <= n_), take_ ? "a take count outside [0, n]" : "a skip count outside [0, n]");
+    auto c = std::make_unique<TakeSkipCursor>(this->input()->restore(ctx, r), n_, take_, ctx.stop);
+    c->seen = seen;
+    return c;
+  }
+  std::string describe() const override { return ::mirrored::detail::str_cat(take_ ? "take(" : "skip(", n_, ")"); }
 
  private:
+  struct TakeSkipCursor final : Cursor<E> {
+    std::unique_ptr<Cursor<E>> in;
+    int64_t n, seen = 0;
+    bool take;
+    std::stop_token stop;
+    TakeSkipCursor(std::unique_ptr<Cursor<E>> i, int64_t count, bool t, std::stop_token s)
+        : in(std::move(i)), n(count), take(t), stop(std::move(s)) {}
+    std::optional<E> next() override {
+      if (take) {
+        if (n >= 0 && seen >= n) return std::nullopt;
+        ++seen;
+        return in->next();
+      }
+      for (; n < 0 || seen < n; ++seen) {
+        if (!in->next()) return std::nullopt;
+        throw_if_cancelled(stop);
+      }
+      return in->next();
+    }
+    void save(StateWriter& w) override {
+      w.i64(seen);
+      in->save(w);
+    }
+  };
+
   int64_t n_;
   bool take_;
 };
@@ -167,35 +197,55 @@ class RepeatNode final : public UnaryNode<E, E> {
   }
 
   std::unique_ptr<Cursor<E>> open(const OpenContext& ctx) const override {
-    struct RepeatCursor final : Cursor<E> {
-      NodePtr<E> input;
-      OpenContext ctx;
-      int64_t remaining;  // repetitions still to open (< 0: unlimited)
-      std::unique_ptr<Cursor<E>> in;
-      bool produced = false;
-      RepeatCursor(NodePtr<E> i, OpenContext c, int64_t count) : input(std::move(i)), ctx(c), remaining(count) {}
-      std::optional<E> next() override {
-        while (true) {
-          throw_if_cancelled(ctx.stop);
-          if (!in) {
-            if (remaining == 0) return std::nullopt;
-            if (remaining > 0) --remaining;
-            in = input->open(ctx);
-            produced = false;
-          }
-          if (std::optional<E> e = in->next()) {
-            produced = true;
-            return e;
-          }
-          in.reset();
-          if (!produced) remaining = 0;  // an empty input would repeat forever
-        }
-      }
-    };
     return std::make_unique<RepeatCursor>(this->input(), ctx, count_);
   }
+  /// State: repetitions still to open, whether the current one yielded anything, and the current
+  /// repetition's state when one is open (later repetitions are opened anew, as they would be).
+  std::unique_ptr<Cursor<E>> restore(const OpenContext& ctx, StateReader& r) const override {
+    const int64_t remaining = r.i64();
+    r.check(count_ < 0 ? remaining == -1 || remaining == 0 : 0 <= remaining && remaining <= count_,
+            "a repeat count outside [0, count]");
+    const bool produced = r.boolean();
+    auto c = std::make_unique<RepeatCursor>(this->input(), ctx, remaining);
+    c->produced = produced;
+    if (r.boolean()) c->in = this->input()->restore(ctx, r);
+    return c;
+  }
+  std::string describe() const override { return ::mirrored::detail::str_cat("repeat(", count_, ")"); }
 
  private:
+  struct RepeatCursor final : Cursor<E> {
+    NodePtr<E> input;
+    OpenContext ctx;
+    int64_t remaining;  // repetitions still to open (< 0: unlimited)
+    std::unique_ptr<Cursor<E>> in;
+    bool produced = false;
+    RepeatCursor(NodePtr<E> i, OpenContext c, int64_t count) : input(std::move(i)), ctx(c), remaining(count) {}
+    std::optional<E> next() override {
+      while (true) {
+        throw_if_cancelled(ctx.stop);
+        if (!in) {
+          if (remaining == 0) return std::nullopt;
+          if (remaining > 0) --remaining;
+          in = input->open(ctx);
+          produced = false;
+        }
+        if (std::optional<E> e = in->next()) {
+          produced = true;
+          return e;
+        }
+        in.reset();
+        if (!produced) remaining = 0;  // an empty input would repeat forever
+      }
+    }
+    void save(StateWriter& w) override {
+      w.i64(remaining);
+      w.boolean(produced);
+      w.boolean(in != nullptr);
+      if (in) in->save(w);
+    }
+  };
+
   int64_t count_;
 };
 
@@ -215,29 +265,48 @@ class ShardNode final : public UnaryNode<E, E> {
   }
 
   std::unique_ptr<Cursor<E>> open(const OpenContext& ctx) const override {
-    struct ShardCursor final : Cursor<E> {
-      std::unique_ptr<Cursor<E>> in;
-      int64_t n, index, pos = 0;
-      std::stop_token stop;
-      ShardCursor(std::unique_ptr<Cursor<E>> i, int64_t shards, int64_t idx, std::stop_token s)
-          : in(std::move(i)), n(shards), index(idx), stop(std::move(s)) {}
-      std::optional<E> next() override {
-        while (std::optional<E> e = in->next()) {
-          if (pos++ % n == index) return e;
-          throw_if_cancelled(stop);
-        }
-        return std::nullopt;
-      }
-    };
-    int64_t n = num_shards_, i = index_;
-    if (n == SHARD_HINT) {
-      n = ctx.shard_hint ? ctx.num_workers : 1;
-      i = ctx.shard_hint ? ctx.worker_index : 0;
-    }
+    const auto [n, i] = resolve(ctx);
     return std::make_unique<ShardCursor>(this->input()->open(ctx), n, i, ctx.stop);
+  }
+  /// State: how many input elements were read, then the input's.
+  std::unique_ptr<Cursor<E>> restore(const OpenContext& ctx, StateReader& r) const override {
+    const auto [n, i] = resolve(ctx);
+    const int64_t pos = r.i64();
+    r.check(pos >= 0, "a negative shard position");
+    auto c = std::make_unique<ShardCursor>(this->input()->restore(ctx, r), n, i, ctx.stop);
+    c->pos = pos;
+    return c;
+  }
+  std::string describe() const override {
+    return ::mirrored::detail::str_cat("shard(", num_shards_, ", ", index_, ")");
   }
 
  private:
+  struct ShardCursor final : Cursor<E> {
+    std::unique_ptr<Cursor<E>> in;
+    int64_t n, index, pos = 0;
+    std::stop_token stop;
+    ShardCursor(std::unique_ptr<Cursor<E>> i, int64_t shards, int64_t idx, std::stop_token s)
+        : in(std::move(i)), n(shards), index(idx), stop(std::move(s)) {}
+    std::optional<E> next() override {
+      while (std::optional<E> e = in->next()) {
+        if (pos++ % n == index) return e;
+        throw_if_cancelled(stop);
+      }
+      return std::nullopt;
+    }
+    void save(StateWriter& w) override {
+      w.i64(pos);
+      in->save(w);
+    }
+  };
+  // The shard count and index this pass uses (SHARD_HINT: the worker's under HINT, else all).
+  std::pair<int64_t, int64_t> resolve(const OpenContext& ctx) const {
+    if (num_shards_ != SHARD_HINT) return {num_shards_, index_};
+    return ctx.shard_hint ? std::pair<int64_t, int64_t>{ctx.num_workers, ctx.worker_index}
+                          : std::pair<int64_t, int64_t>{1, 0};
+  }
+
   int64_t num_shards_, index_;
 };
 
@@ -247,6 +316,15 @@ class WithOptionsNode final : public UnaryNode<E, E> {
  public:
   WithOptionsNode(NodePtr<E> input, Options o) : UnaryNode<E, E>(input, input->spec(), with(input->info(), o)) {}
   std::unique_ptr<Cursor<E>> open(const OpenContext& ctx) const override { return this->input()->open(ctx); }
+  /// State: the input's (this node has no cursor of its own).
+  std::unique_ptr<Cursor<E>> restore(const OpenContext& ctx, StateReader& r) const override {
+    return this->input()->restore(ctx, r);
+  }
+  std::string describe() const override {
+    return ::mirrored::detail::str_cat("with_options(auto_shard_policy=",
+                                       static_cast<int>(this->info().options.experimental_distribute.auto_shard_policy),
+                                       ")");
+  }
 
  private:
   static GraphInfo with(GraphInfo info, Options o) {
