@@ -46,7 +46,8 @@ std::optional<int64_t> step_of(std::string_view name) {
   if (name.size() <= kDataPrefix.size() + kDataSuffix.size() || name.substr(0, kDataPrefix.size()) != kDataPrefix ||
       name.substr(name.size() - kDataSuffix.size()) != kDataSuffix)
     return std::nullopt;
-  const std::string_view digits = name.substr(kDataPrefix.size(), name.size() - kDataPrefix.size() - kDataSuffix.size());
+  const std::string_view digits =
+      name.substr(kDataPrefix.size(), name.size() - kDataPrefix.size() - kDataSuffix.size());
   if (digits.size() > 18) return std::nullopt;  // fits int64
   int64_t step = 0;
   for (char c : digits) {
@@ -111,7 +112,8 @@ std::vector<std::pair<int64_t, std::string>> scan(const std::string& dir) {
   while (const dirent* e = ::readdir(d)) {
     const auto step = step_of(e->d_name);
     struct stat st {};
-    if (step && ::fstatat(::dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode)) out.emplace_back(*step, e->d_name);
+    if (step && ::fstatat(::dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode))
+      out.emplace_back(*step, e->d_name);
   }
   ::closedir(d);
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -156,9 +158,8 @@ std::optional<Index> read_index(const std::string& dir, const std::string& who) 
 
 void require_cross_replica_manager(const char* op) {
   const auto& ts = detail::thread_state();
-  MIRRORED_ENFORCE(!ts.replica || detail::is_default_context(ts.replica), FailedPreconditionError,
-                   "CheckpointManager.", op, " called on replica ",
-                   ts.replica ? ts.replica->replica_id_in_sync_group() : 0,
+  MIRRORED_ENFORCE(!ts.replica || detail::is_default_context(ts.replica), FailedPreconditionError, "CheckpointManager.",
+                   op, " called on replica ", ts.replica ? ts.replica->replica_id_in_sync_group() : 0,
                    " inside run; call it in cross-replica context (outside run)");
 }
 
@@ -442,7 +443,8 @@ std::optional<int64_t> CheckpointManager::restore_or_initialize() {
         MIRRORED_LOG(warn, who, older.what(), "; trying an older checkpoint");
       }
     }
-    if (!found) throw InvalidArgumentError(str_cat(who, "no valid checkpoint in the directory; the newest: ", e.what()));
+    if (!found)
+      throw InvalidArgumentError(str_cat(who, "no valid checkpoint in the directory; the newest: ", e.what()));
   }
 
   const std::string at = str_cat("checkpoint '", ckpt.path(), "': ");
@@ -456,8 +458,7 @@ std::optional<int64_t> CheckpointManager::restore_or_initialize() {
     if (used != step_it->second.size()) step = -1;
   } catch (const std::exception&) {
   }
-  MIRRORED_ENFORCE(step >= 0, InvalidArgumentError, at, "'", mf::kStepKey, "' is '", step_it->second,
-                   "', not a step");
+  MIRRORED_ENFORCE(step >= 0, InvalidArgumentError, at, "'", mf::kStepKey, "' is '", step_it->second, "', not a step");
 
   // Everything is checked before anything changes.
   std::set<std::string> claimed;
@@ -469,8 +470,8 @@ std::optional<int64_t> CheckpointManager::restore_or_initialize() {
     std::string list;
     for (std::size_t i = 0; i < extra.size() && i < 20; ++i) list += str_cat(i ? ", " : "", "'", extra[i], "'");
     if (extra.size() > 20) list += str_cat(", ... (", extra.size(), " in all)");
-    throw InvalidArgumentError(str_cat(at, "has tensors that nothing tracked here stores: ", list,
-                                       " (a checkpoint of another model?)"));
+    throw InvalidArgumentError(
+        str_cat(at, "has tensors that nothing tracked here stores: ", list, " (a checkpoint of another model?)"));
   }
 
   std::vector<detail::CheckpointRestoreStep> steps;
