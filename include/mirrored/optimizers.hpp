@@ -57,6 +57,40 @@ void adam_update(T* w, const T* g, T* m, T* v, int64_t n, const OptimizerUpdate&
 }  // namespace mirrored::detail
 
 namespace mirrored::optimizers {
+template <class T>
+class Optimizer;
+}  // namespace mirrored::optimizers
+
+namespace mirrored::detail {
+/// Library-internal access to an optimizer's state, for the checkpoint manager.
+struct OptimizerAccess {
+  /// One slot variable of the optimizer: the state of the variable it belongs to (the key
+  /// `VariableAccess::state` gives), the slot's name ("m", "momentum", ...) and the slot.
+  template <class T>
+  struct Slot {
+    const void* variable;
+    std::string slot_name;
+    Variable<T> slot;
+  };
+  /// Every slot the optimizer has created so far.
+  template <class T>
+  static std::vector<Slot<T>> slots(const optimizers::Optimizer<T>& o);
+  /// The slot names the optimizer keeps per variable, in its order.
+  template <class T>
+  static std::vector<std::string> slot_names(const optimizers::Optimizer<T>& o) {
+    return o.slot_names();
+  }
+  /// True when the optimizer has made its slots for `var` (at its first update or `build`).
+  template <class T>
+  static bool has_slots(const optimizers::Optimizer<T>& o, const Variable<T>& var);
+  /// The step counter, if the optimizer has made it yet.
+  template <class T>
+  static std::optional<Variable<int64_t>> iterations(const optimizers::Optimizer<T>& o);
+};
+
+}  // namespace mirrored::detail
+
+namespace mirrored::optimizers {
 
 /// Gradients and the variables they belong to.
 template <class T>
@@ -120,6 +154,7 @@ class Optimizer {
   virtual std::optional<detail::OptimizerUpdate> fused_update() const { return std::nullopt; }
 
  private:
+  friend struct detail::OptimizerAccess;
   struct Slots {
     std::vector<Variable<T>> vars;
   };
@@ -530,3 +565,30 @@ void Optimizer<T>::apply_gradients(const GradsAndVars<T>& grads_and_vars, bool s
 }
 
 }  // namespace mirrored::optimizers
+
+namespace mirrored::detail {
+
+template <class T>
+std::vector<OptimizerAccess::Slot<T>> OptimizerAccess::slots(const optimizers::Optimizer<T>& o) {
+  const auto names = o.slot_names();
+  std::lock_guard lock(o.mu_);
+  std::vector<Slot<T>> out;
+  for (const auto& [key, s] : o.slots_)
+    for (std::size_t k = 0; k < s.vars.size() && k < names.size(); ++k) out.push_back({key, names[k], s.vars[k]});
+  return out;
+}
+
+template <class T>
+bool OptimizerAccess::has_slots(const optimizers::Optimizer<T>& o, const Variable<T>& var) {
+  std::lock_guard lock(o.mu_);
+  return o.slots_.count(&VariableAccess::state(var)) != 0;
+}
+
+template <class T>
+std::optional<Variable<int64_t>> OptimizerAccess::iterations(const optimizers::Optimizer<T>& o) {
+  std::lock_guard lock(o.mu_);
+  if (!o.iterations_) return std::nullopt;
+  return *o.iterations_;
+}
+
+}  // namespace mirrored::detail

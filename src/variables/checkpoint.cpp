@@ -147,6 +147,11 @@ const char* safetensors_dtype_name(DType dtype) noexcept {
 }
 
 void save_tensors(const std::string& path, const TensorMap& tensors, const Metadata& metadata) {
+  internal::save_tensors_with(path, tensors, metadata, {});
+}
+
+void internal::save_tensors_with(const std::string& path, const TensorMap& tensors, const Metadata& metadata,
+                                 const Metadata& library_metadata) {
   detail::timeline::Scope trace("checkpoint_save", "checkpoint");
   if (trace.active()) {
     trace.arg("tensors", static_cast<std::int64_t>(tensors.size()));
@@ -164,6 +169,11 @@ void save_tensors(const std::string& path, const TensorMap& tensors, const Metad
   std::uint64_t data_bytes = 0;
   std::string header = "{\"__metadata__\":{";
   Metadata all_metadata = metadata;
+  for (const auto& [key, value] : library_metadata) {
+    MIRRORED_ENFORCE(key.rfind("mirrored.", 0) == 0 && key != kChecksumKey && key != kFormatKey, InvalidArgumentError,
+                     prefix(path), "library metadata key ", quoted(key), " is not one of the library's own");
+    all_metadata[key] = value;
+  }
   all_metadata[kChecksumKey] = std::string(kChecksumPrefix) + "00000000";  // patched after the data
   all_metadata[kFormatKey] = kFormatVersion;
   bool first = true;

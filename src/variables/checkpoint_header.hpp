@@ -47,6 +47,12 @@ struct Header {
   Metadata metadata;
 };
 
+/// `save_tensors(path, tensors, metadata)` that also stores `library_metadata`, whose keys are
+/// the library's own (`mirrored.` and more, e.g. `mirrored.manager.step`; not the checksum or the
+/// format). \throws what `save_tensors` throws; InvalidArgumentError for another library key.
+void save_tensors_with(const std::string& path, const TensorMap& tensors, const Metadata& metadata,
+                       const Metadata& library_metadata);
+
 /// Parses a header. \throws InvalidArgumentError naming `path` for anything that is not a valid
 /// safetensors header.
 Header parse_header(std::string_view text, const std::string& path);

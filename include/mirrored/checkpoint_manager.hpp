@@ -1,0 +1,314 @@
+#pragma once
+/// \file
+/// `checkpoint::CheckpointManager`: TF's `tf.train.CheckpointManager` (with the object graph of a
+/// `tf.train.Checkpoint`): it saves and restores what it tracks -- variables by name, optimizers
+/// (their slots, sharded or not, and the step counter), distributed iterators and user metadata --
+/// as numbered checkpoints in one directory, keeping the newest `max_to_keep`.
+///
+/// Directory layout (every file a manager writes is named here):
+///
+///     DIR/ckpt-<step>.safetensors   one checkpoint per saved step (the format of
+///                                   <mirrored/checkpoint.hpp>, readable by Python's safetensors)
+///     DIR/checkpoint                the index (TF's name and text form):
+///                                       model_checkpoint_path: "ckpt-12.safetensors"
+///                                       all_model_checkpoint_paths: "ckpt-10.safetensors"
+///                                       all_model_checkpoint_paths: "ckpt-12.safetensors"
+///                                   the kept checkpoints, oldest first, the newest first named
+///     DIR/checkpoint.lock           present while a save runs (and after a crashed one)
+///     DIR/*.tmp.<random>, *.lock    temporary files of a save in progress or a crashed one
+///
+/// Names inside a checkpoint file: a variable's tensor is the name it is tracked under;
+/// an optimizer tracked as `opt` stores `opt/<variable name>/<slot>` for every slot of every
+/// tracked variable it has slots for (whole values, also when sharded) and `opt/iterations`
+/// (int64 scalar); an iterator tracked as `it` stores `it/num_workers` (int64 scalar) and
+/// `it/worker_<k>` (uint8, the opaque state of worker k's iterator) for every worker. The
+/// `__metadata__` holds the user metadata and `mirrored.manager.step`.
+///
+/// A save writes the data file atomically (see `save_tensors`), then the index (atomically, after
+/// the data file), then deletes the checkpoints beyond `max_to_keep` and any other
+/// `ckpt-<n>.safetensors` the index does not keep (the directory belongs to the manager). A crash
+/// at any point leaves the previous checkpoint usable and indexed; the next save removes the
+/// temporary and lock files that the crashed one left. `latest_checkpoint` reads the index; when
+/// the index is missing or corrupt (or names a file that is gone) it takes the highest-numbered
+/// `ckpt-<n>.safetensors` of the directory.
+///
+/// Several workers (`MultiWorkerMirroredStrategy`): every worker constructs the manager on the same
+/// directory, tracks the same objects, and calls `save` and `restore_or_initialize` together (as
+/// TF's multi-worker saving does): a save gathers sharded optimizer slots and every worker's
+/// iterator state (collectives of every worker), only the chief (worker 0,
+/// `extended().should_checkpoint()`) writes files, and every worker learns whether the chief's
+/// write succeeded. Every worker restores by reading the directory itself, so the directory must
+/// be one every worker can read (a shared file system).
+///
+/// Call the manager from one thread, in cross-replica context (outside `run`). The optimizers and
+/// iterators it tracks are held by reference and must outlive it.
+
+#include <any>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mirrored/checkpoint.hpp"
+#include "mirrored/errors.hpp"
+#include "mirrored/optimizers.hpp"
+#include "mirrored/strategy.hpp"
+#include "mirrored/variable.hpp"
+#include "mirrored/variable_checkpoint.hpp"
+
+namespace mirrored {
+template <class E>
+class DistributedIterator;  // distributed_dataset.hpp
+}  // namespace mirrored
+
+namespace mirrored::detail {
+
+/// What restoring one tracked object does once every check has passed: `apply` installs the
+/// restored state. It cannot fail unless `undo` is set (an iterator's `restore_state` may throw),
+/// in which case `undo` puts back what was there before (and cannot fail).
+struct CheckpointRestoreStep {
+  std::function<void()> apply;
+  std::function<void()> undo;
+};
+
+/// One tracked object as the manager sees it, whatever its type.
+struct CheckpointTrackable {
+  /// "variable", "optimizer", "iterator": for messages.
+  std::string kind;
+  /// Adds the object's tensors to `out`. Every worker calls it, in the same order (it may join
+  /// collectives: sharded slots, iterator states).
+  std::function<void(checkpoint::TensorMap& out)> save;
+  /// Checks that `ckpt` has every tensor the object needs, with its dtype and shape, and adds their
+  /// names to `claimed`. Changes nothing. \throws NotFoundError, InvalidArgumentError.
+  std::function<void(const checkpoint::Checkpoint& ckpt, std::set<std::string>& claimed)> check;
+  /// After every object's `check` passed: prepares the restore (creates a fresh optimizer's slots,
+  /// copies every value to its devices) and returns what installs it.
+  std::function<CheckpointRestoreStep(const checkpoint::Checkpoint& ckpt)> prepare;
+};
+
+struct CheckpointManagerAccess;
+
+}  // namespace mirrored::detail
+
+namespace mirrored::checkpoint {
+
+/// Options of `CheckpointManager`.
+struct CheckpointManagerOptions {
+  /// What `restore_or_initialize` does when the newest checkpoint is corrupt or truncated (its
+  /// load fails with InvalidArgumentError). False (default): throws that error, which names the
+  /// file. True: logs a warning naming it and restores the newest checkpoint that loads.
+  bool fall_back_to_valid_checkpoint = false;
+};
+
+/// Saves and restores tracked state as numbered checkpoints in a directory (see the file comment).
+/// Not copyable or movable (its tracked objects' callbacks refer to it).
+class CheckpointManager {
+ public:
+  /// Keeps the newest `max_to_keep` checkpoints of `directory` (created by the first save if
+  /// missing). Touches no file. \throws InvalidArgumentError for an empty directory name or
+  /// `max_to_keep` < 1.
+  CheckpointManager(Strategy& strategy, std::string directory, int max_to_keep = 5,
+                    CheckpointManagerOptions options = {});
+  CheckpointManager(const CheckpointManager&) = delete;
+  CheckpointManager& operator=(const CheckpointManager&) = delete;
+
+  /// Tracks `v` under `name` (its tensor's name in the file). \throws InvalidArgumentError for an
+  /// empty name, a name already tracked, or a variable already tracked under another name.
+  template <class T>
+  void track(const std::string& name, Variable<T>& v);
+  /// Tracks `o`'s slots and step counter under `name`. Its slots must belong to variables tracked
+  /// by this manager (checked when saving). On restore an optimizer that has not made its slots yet
+  /// (no `apply_gradients` or `build` so far) makes them, in the strategy's scope, for every tracked
+  /// variable the checkpoint has slots of. \throws InvalidArgumentError as the variable overload.
+  template <class T>
+  void track(const std::string& name, optimizers::Optimizer<T>& o);
+  /// Tracks `it`'s position (each worker's `save_state()`; restored with `restore_state`).
+  /// \throws InvalidArgumentError as the variable overload.
+  template <class E>
+  void track(const std::string& name, DistributedIterator<E>& it);
+
+  /// Sets user metadata, saved with every later checkpoint (the file's `__metadata__`) and
+  /// replaced by a checkpoint's on restore (epoch, step, RNG seeds, ...). \throws
+  /// InvalidArgumentError for an empty key or one starting with `mirrored.` (the library's).
+  void set_metadata(const std::string& key, std::string value);
+  /// The metadata value of `key` (set, or restored), if any.
+  std::optional<std::string> metadata(const std::string& key) const;
+
+  /// Saves everything tracked as checkpoint `step` and returns its path
+  /// (`DIR/ckpt-<step>.safetensors`; the same on every worker; saving a step again replaces it).
+  /// Every worker must call it (see the file comment). Nothing tracked changes.
+  /// \throws InvalidArgumentError for a negative step, two tracked objects that store the same
+  /// tensor name, or optimizer slots of an untracked variable (naming them); FailedPreconditionError
+  /// inside `run` or while another save to the directory runs; the errors of `save_tensors` (on
+  /// the chief; other workers get UnavailableError naming the chief's failure). On any error the
+  /// previous checkpoints and the index are unchanged.
+  std::string save(int64_t step);
+
+  /// The newest checkpoint's path (see the file comment), or nullopt when the directory is
+  /// missing or holds none. \throws InvalidArgumentError when the directory's path names something
+  /// that is not a directory; PermissionDeniedError when it cannot be read.
+  std::optional<std::string> latest_checkpoint() const;
+
+  /// Restores everything tracked from the newest checkpoint and returns its step, or returns
+  /// nullopt and changes nothing when there is none (an empty or missing directory: initialise).
+  /// The whole file is loaded and checked first -- every tracked tensor present with its dtype and
+  /// shape, no tensor that nothing tracked here stores, each iterator saved by as many workers as
+  /// this run has -- and only then is anything changed.
+  /// \throws InvalidArgumentError for a corrupt newest checkpoint (unless
+  /// `fall_back_to_valid_checkpoint`), a checkpoint of another model (other dtypes or shapes, extra
+  /// names), another worker count for an iterator, or an iterator state its `restore_state`
+  /// refuses; NotFoundError for a tensor the checkpoint lacks; FailedPreconditionError inside
+  /// `run`. Every message names the file. On any error nothing tracked has changed (except that an
+  /// optimizer may have made its slots, zeros, as its first update would).
+  std::optional<int64_t> restore_or_initialize();
+
+  const std::string& directory() const noexcept { return directory_; }
+  int max_to_keep() const noexcept { return max_to_keep_; }
+
+ private:
+  friend struct detail::CheckpointManagerAccess;
+
+  struct TrackedVariable {
+    const void* state;  // VariableAccess::state of the variable: how optimizers key their slots
+    std::any handle;    // the Variable<T>
+  };
+
+  void add(const std::string& name, detail::CheckpointTrackable t);
+  void add_variable(const std::string& name, const void* state, std::any handle, detail::CheckpointTrackable t);
+  /// A generic per-worker state: `save_fn()` gives this worker's bytes, `restore_fn(bytes)` installs
+  /// them (and may throw InvalidArgumentError for a state it refuses).
+  void track_state(const std::string& name, std::function<std::string()> save_fn,
+                   std::function<void(const std::string&)> restore_fn);
+  /// The name `name` of variable state `state` is tracked under, or nullptr.
+  const std::string* tracked_variable_name(const void* state) const;
+  /// Adds `t` to `out` as `name`. \throws InvalidArgumentError when `out` already has `name`
+  /// (two tracked objects store the same tensor name).
+  static void add_tensor(TensorMap& out, const std::string& name, detail::UntypedTensor t, const std::string& owner);
+  [[noreturn]] static void throw_untracked_slot(const std::string& optimizer, const std::string& slot_variable,
+                                                const char* op);
+
+  Strategy& strategy_;
+  std::string directory_;
+  int max_to_keep_;
+  CheckpointManagerOptions options_;
+  std::map<std::string, detail::CheckpointTrackable> tracked_;  // saved and restored in name order
+  std::map<std::string, TrackedVariable> variables_;
+  Metadata metadata_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Template definitions.
+
+template <class T>
+void CheckpointManager::track(const std::string& name, Variable<T>& v) {
+  const VariableRef ref(v);
+  detail::CheckpointTrackable t;
+  t.kind = "variable";
+  t.save = [name, ref](TensorMap& out) { add_tensor(out, name, ref.read(), "variable '" + name + "'"); };
+  t.check = [name, ref](const Checkpoint& ckpt, std::set<std::string>& claimed) {
+    ckpt.check(name, ref.dtype(), ref.shape());
+    claimed.insert(name);
+  };
+  t.prepare = [name, ref](const Checkpoint& ckpt) {
+    return detail::CheckpointRestoreStep{ref.prepare_write(ckpt.at(name)), {}};
+  };
+  add_variable(name, &detail::VariableAccess::state(v), std::any(v), std::move(t));
+}
+
+template <class T>
+void CheckpointManager::track(const std::string& name, optimizers::Optimizer<T>& o) {
+  using Access = detail::OptimizerAccess;
+  // The tracked variables of the optimizer's element type, with the file names of their slots.
+  auto candidates = [this, name, &o] {
+    std::vector<std::pair<Variable<T>, std::vector<std::string>>> out;
+    for (const auto& [var_name, tv] : variables_) {
+      const auto* v = std::any_cast<Variable<T>>(&tv.handle);
+      if (!v) continue;
+      std::vector<std::string> keys;
+      for (const auto& slot : Access::slot_names(o)) keys.push_back(name + "/" + var_name + "/" + slot);
+      out.emplace_back(*v, std::move(keys));
+    }
+    return out;
+  };
+  auto require_tracked = [this, name, &o](const char* op) {
+    for (const auto& s : Access::slots(o))
+      if (!tracked_variable_name(s.variable)) throw_untracked_slot(name, s.slot.name(), op);
+  };
+  detail::CheckpointTrackable t;
+  t.kind = "optimizer";
+  t.save = [this, name, &o, require_tracked](TensorMap& out) {
+    require_tracked("save");
+    // In the file's (name) order, the same on every worker: sharded slots are gathered.
+    std::map<std::string, Variable<T>> named;
+    for (const auto& s : Access::slots(o))
+      named.emplace(name + "/" + *tracked_variable_name(s.variable) + "/" + s.slot_name, s.slot);
+    for (const auto& [key, slot] : named) add_tensor(out, key, VariableRef(slot).read(), "optimizer '" + name + "'");
+    const std::optional<Variable<int64_t>> it = Access::iterations(o);
+    add_tensor(out, name + "/iterations", it ? VariableRef(*it).read() : untyped(Tensor<int64_t>::scalar(0)),
+               "optimizer '" + name + "'");
+  };
+  t.check = [name, &o, candidates, require_tracked](const Checkpoint& ckpt, std::set<std::string>& claimed) {
+    require_tracked("restore_or_initialize");
+    ckpt.check(name + "/iterations", DType::int64, {});
+    claimed.insert(name + "/iterations");
+    for (const auto& [var, keys] : candidates()) {
+      bool in_file = false;
+      for (const auto& key : keys) in_file = in_file || ckpt.contains(key);
+      // A variable the optimizer has no slots for, and the file neither: one it does not train.
+      if (!in_file && !Access::has_slots(o, var)) continue;
+      for (const auto& key : keys) {
+        ckpt.check(key, dtype_of<T>(), var.shape());
+        claimed.insert(key);
+      }
+    }
+  };
+  t.prepare = [this, name, &o, candidates](const Checkpoint& ckpt) {
+    std::vector<Variable<T>> fresh;
+    std::vector<std::pair<Variable<T>, std::vector<std::string>>> restored;
+    for (auto& [var, keys] : candidates()) {
+      if (keys.empty() || !ckpt.contains(keys.front())) continue;
+      if (!Access::has_slots(o, var)) fresh.push_back(var);
+      restored.emplace_back(var, keys);
+    }
+    {
+      // Made as the first update would make them: in the strategy's scope (zeros, then assigned).
+      const Scope scope = strategy_.scope();
+      o.build(fresh);
+    }
+    std::vector<std::function<void()>> commits;
+    const auto slot_names = Access::slot_names(o);
+    for (const auto& [var, keys] : restored)
+      for (std::size_t k = 0; k < keys.size(); ++k)
+        commits.push_back(VariableRef(o.get_slot(var, slot_names[k])).prepare_write(ckpt.at(keys[k])));
+    commits.push_back(VariableRef(*Access::iterations(o)).prepare_write(ckpt.at(name + "/iterations")));
+    return detail::CheckpointRestoreStep{[commits = std::move(commits)] {
+                                           for (const auto& c : commits) c();
+                                         },
+                                         {}};
+  };
+  add(name, std::move(t));
+}
+
+template <class E>
+void CheckpointManager::track(const std::string& name, DistributedIterator<E>& it) {
+  track_state(
+      name, [&it] { return it.save_state(); }, [&it](const std::string& state) { it.restore_state(state); });
+}
+
+}  // namespace mirrored::checkpoint
+
+namespace mirrored::detail {
+
+/// Test hook: `CheckpointManager::track_state`, the type-erased path of iterators.
+struct CheckpointManagerAccess {
+  static void track_state(checkpoint::CheckpointManager& m, const std::string& name,
+                          std::function<std::string()> save_fn, std::function<void(const std::string&)> restore_fn) {
+    m.track_state(name, std::move(save_fn), std::move(restore_fn));
+  }
+};
+
+}  // namespace mirrored::detail

@@ -1,0 +1,501 @@
+// checkpoint::CheckpointManager: numbered checkpoints in a directory, an index, max_to_keep (see
+// include/mirrored/checkpoint_manager.hpp for the layout and the rules).
+
+#include "mirrored/checkpoint_manager.hpp"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <string_view>
+#include <system_error>
+
+#include "mirrored/detail/format.hpp"
+#include "runtime/default_strategy.hpp"
+#include "runtime/thread_state.hpp"
+#include "util/atomic_file.hpp"
+#include "util/files.hpp"
+#include "util/log.hpp"
+#include "variables/checkpoint_header.hpp"
+
+namespace mirrored::checkpoint {
+// File-local helpers, in a namespace of their own (the unity build joins this file with the
+// other checkpoint sources).
+namespace manager_files {
+
+using detail::str_cat;
+
+constexpr std::string_view kIndexName = "checkpoint";
+constexpr std::string_view kDataPrefix = "ckpt-";
+constexpr std::string_view kDataSuffix = ".safetensors";
+constexpr const char* kStepKey = "mirrored.manager.step";
+constexpr std::string_view kLatestKey = "model_checkpoint_path";
+constexpr std::string_view kAllKey = "all_model_checkpoint_paths";
+/// An index larger than this is not one the manager wrote (it lists at most max_to_keep names).
+constexpr std::size_t kMaxIndexBytes = std::size_t{1} << 20;
+
+std::string data_name(int64_t step) { return str_cat(kDataPrefix, step, kDataSuffix); }
+
+/// The step of a data file's name `ckpt-<digits>.safetensors`, or nullopt for any other name.
+std::optional<int64_t> step_of(std::string_view name) {
+  if (name.size() <= kDataPrefix.size() + kDataSuffix.size() || name.substr(0, kDataPrefix.size()) != kDataPrefix ||
+      name.substr(name.size() - kDataSuffix.size()) != kDataSuffix)
+    return std::nullopt;
+  const std::string_view digits =
+      name.substr(kDataPrefix.size(), name.size() - kDataPrefix.size() - kDataSuffix.size());
+  if (digits.size() > 18) return std::nullopt;  // fits int64
+  int64_t step = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    step = step * 10 + (c - '0');
+  }
+  return step;
+}
+
+/// A stray file of a crashed save: `ckpt-<n>.safetensors.tmp.<suffix>` or `ckpt-<n>.safetensors.lock`.
+bool is_stray(std::string_view name) {
+  const auto end = name.find(kDataSuffix);
+  if (end == std::string_view::npos || !step_of(name.substr(0, end + kDataSuffix.size()))) return false;
+  const std::string_view rest = name.substr(end + kDataSuffix.size());
+  return rest == ".lock" || (rest.size() > 5 && rest.substr(0, 5) == ".tmp.");
+}
+
+/// The index: the kept data files' names, oldest first (the last is the newest).
+struct Index {
+  std::vector<std::string> kept;
+};
+
+/// Parses the index text; nullopt when it is not an index the manager wrote.
+std::optional<Index> parse_index(std::string_view text) {
+  Index index;
+  std::optional<std::string> latest;
+  while (!text.empty()) {
+    const auto eol = text.find('\n');
+    std::string_view line = text.substr(0, eol);
+    text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
+    if (line.empty()) continue;
+    const auto colon = line.find(": \"");
+    if (colon == std::string_view::npos || line.back() != '"') return std::nullopt;
+    const std::string_view key = line.substr(0, colon);
+    const std::string_view value = line.substr(colon + 3, line.size() - colon - 4);
+    if (!step_of(value)) return std::nullopt;  // never a path elsewhere ("../x"): names of this directory only
+    if (key == kLatestKey) {
+      if (latest) return std::nullopt;
+      latest = std::string(value);
+    } else if (key == kAllKey) {
+      if (std::find(index.kept.begin(), index.kept.end(), value) != index.kept.end()) return std::nullopt;
+      index.kept.emplace_back(value);
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (!latest || index.kept.empty() || index.kept.back() != *latest) return std::nullopt;
+  return index;
+}
+
+std::string format_index(const Index& index) {
+  std::string out = str_cat(kLatestKey, ": \"", index.kept.back(), "\"\n");
+  for (const auto& name : index.kept) out += str_cat(kAllKey, ": \"", name, "\"\n");
+  return out;
+}
+
+/// The data files of `dir` by step (regular files named `ckpt-<n>.safetensors`), highest first.
+std::vector<std::pair<int64_t, std::string>> scan(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (const dirent* e = ::readdir(d)) {
+    const auto step = step_of(e->d_name);
+    struct stat st {};
+    if (step && ::fstatat(::dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode))
+      out.emplace_back(*step, e->d_name);
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return out;
+}
+
+bool exists_regular(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/// The index of `dir`, or nullopt when it is missing, unreadable as an index or corrupt (a
+/// warning says which, except when missing).
+std::optional<Index> read_index(const std::string& dir, const std::string& who) {
+  const std::string path = str_cat(dir, "/", kIndexName);
+  std::string text;
+  try {
+    const detail::ReadableFile f = detail::open_regular_file(path, who);
+    if (f.size() > kMaxIndexBytes) {
+      MIRRORED_LOG(warn, who, "index '", path, "' has ", f.size(), " bytes, not an index; scanning the directory");
+      return std::nullopt;
+    }
+    text.resize(static_cast<std::size_t>(f.size()));
+    std::size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::read(f.fd(), text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<std::size_t>(n);
+    }
+    text.resize(done);
+  } catch (const NotFoundError&) {
+    return std::nullopt;
+  } catch (const Error& e) {
+    MIRRORED_LOG(warn, e.what(), "; scanning the directory instead of reading the index");
+    return std::nullopt;
+  }
+  auto index = parse_index(text);
+  if (!index) MIRRORED_LOG(warn, who, "index '", path, "' is corrupt; scanning the directory");
+  return index;
+}
+
+void require_cross_replica_manager(const char* op) {
+  const auto& ts = detail::thread_state();
+  MIRRORED_ENFORCE(!ts.replica || detail::is_default_context(ts.replica), FailedPreconditionError, "CheckpointManager.",
+                   op, " called on replica ", ts.replica ? ts.replica->replica_id_in_sync_group() : 0,
+                   " inside run; call it in cross-replica context (outside run)");
+}
+
+int local_replicas(Strategy& s) { return static_cast<int>(s.extended().worker_devices().size()); }
+
+/// Every worker's `value` (one per worker, in worker order): a gather across the workers in which
+/// each worker's first replica carries its value.
+std::vector<int64_t> gather_per_worker(Strategy& s, int64_t value) {
+  const int local = local_replicas(s);
+  std::vector<Tensor<int64_t>> parts;
+  for (int r = 0; r < local; ++r) parts.push_back(Tensor<int64_t>::from_vector({r == 0 ? value : 0}, {1}));
+  const Tensor<int64_t> all = s.gather(PerReplica<Tensor<int64_t>>(std::move(parts)), 0);
+  const std::vector<int64_t> v = all.to_vector();
+  std::vector<int64_t> out;
+  for (std::size_t k = 0; k < v.size(); k += static_cast<std::size_t>(local)) out.push_back(v[k]);
+  return out;
+}
+
+/// Every worker's `bytes`, in worker order: their lengths first, then the bytes, padded to the
+/// longest (each worker's first replica carries them).
+std::vector<std::string> gather_bytes_per_worker(Strategy& s, const std::string& bytes) {
+  const std::vector<int64_t> lengths = gather_per_worker(s, static_cast<int64_t>(bytes.size()));
+  const int64_t width = std::max<int64_t>(1, *std::max_element(lengths.begin(), lengths.end()));
+  const int local = local_replicas(s);
+  std::vector<Tensor<uint8_t>> parts;
+  for (int r = 0; r < local; ++r) {
+    Tensor<uint8_t> t = Tensor<uint8_t>::zeros({width});
+    if (r == 0 && !bytes.empty()) std::memcpy(t.data(), bytes.data(), bytes.size());
+    parts.push_back(std::move(t));
+  }
+  const Tensor<uint8_t> all = s.gather(PerReplica<Tensor<uint8_t>>(std::move(parts)), 0);
+  std::vector<std::string> out;
+  for (std::size_t k = 0; k < lengths.size(); ++k) {
+    const auto* p = all.data() + static_cast<int64_t>(k) * local * width;
+    out.emplace_back(reinterpret_cast<const char*>(p), static_cast<std::size_t>(lengths[k]));
+  }
+  return out;
+}
+
+detail::UntypedTensor bytes_tensor(const std::string& bytes) {
+  Tensor<uint8_t> t = Tensor<uint8_t>::empty({static_cast<int64_t>(bytes.size())});
+  if (!bytes.empty()) std::memcpy(t.data(), bytes.data(), bytes.size());
+  return untyped(t);
+}
+
+void write_all_fd(int fd, const std::string& text, const std::string& who, const std::string& file) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      detail::throw_file_error(who, "writing", file, errno);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace manager_files
+
+using detail::str_cat;
+namespace mf = manager_files;
+
+CheckpointManager::CheckpointManager(Strategy& strategy, std::string directory, int max_to_keep,
+                                     CheckpointManagerOptions options)
+    : strategy_(strategy), directory_(std::move(directory)), max_to_keep_(max_to_keep), options_(options) {
+  MIRRORED_ENFORCE(!directory_.empty(), InvalidArgumentError, "CheckpointManager: empty directory name");
+  MIRRORED_ENFORCE(max_to_keep_ >= 1, InvalidArgumentError, "CheckpointManager('", directory_,
+                   "'): max_to_keep must be >= 1, got ", max_to_keep_);
+  while (directory_.size() > 1 && directory_.back() == '/') directory_.pop_back();
+}
+
+void CheckpointManager::add(const std::string& name, detail::CheckpointTrackable t) {
+  MIRRORED_ENFORCE(!name.empty(), InvalidArgumentError, "CheckpointManager('", directory_, "').track: empty name");
+  MIRRORED_ENFORCE(tracked_.count(name) == 0, InvalidArgumentError, "CheckpointManager('", directory_,
+                   "').track: the name '", name, "' is already tracked (a ", tracked_.at(name).kind, ")");
+  tracked_.emplace(name, std::move(t));
+}
+
+void CheckpointManager::add_variable(const std::string& name, const void* state, std::any handle,
+                                     detail::CheckpointTrackable t) {
+  if (const std::string* other = tracked_variable_name(state))
+    throw InvalidArgumentError(str_cat("CheckpointManager('", directory_, "').track: the variable tracked as '", name,
+                                       "' is already tracked as '", *other, "'"));
+  add(name, std::move(t));
+  variables_.emplace(name, TrackedVariable{state, std::move(handle)});
+}
+
+const std::string* CheckpointManager::tracked_variable_name(const void* state) const {
+  for (const auto& [name, v] : variables_)
+    if (v.state == state) return &name;
+  return nullptr;
+}
+
+void CheckpointManager::add_tensor(TensorMap& out, const std::string& name, detail::UntypedTensor t,
+                                   const std::string& owner) {
+  MIRRORED_ENFORCE(out.count(name) == 0, InvalidArgumentError, "CheckpointManager.save: ", owner,
+                   " stores the tensor name '", name, "', which another tracked object stores too; rename one");
+  out.emplace(name, std::move(t));
+}
+
+void CheckpointManager::throw_untracked_slot(const std::string& optimizer, const std::string& slot_variable,
+                                             const char* op) {
+  throw InvalidArgumentError(str_cat("CheckpointManager.", op, ": optimizer '", optimizer, "' has the slot '",
+                                     slot_variable,
+                                     "' of a variable this manager does not track; track every variable the "
+                                     "optimizer updates (manager.track(name, variable))"));
+}
+
+void CheckpointManager::track_state(const std::string& name, std::function<std::string()> save_fn,
+                                    std::function<void(const std::string&)> restore_fn) {
+  const std::string count_key = name + "/num_workers";
+  auto worker_key = [name](int64_t k) { return str_cat(name, "/worker_", k); };
+  detail::CheckpointTrackable t;
+  t.kind = "iterator";
+  t.save = [this, name, save_fn, count_key, worker_key](TensorMap& out) {
+    const std::string mine = save_fn();
+    const int workers = strategy_.extended().num_workers();
+    const std::string owner = "iterator '" + name + "'";
+    add_tensor(out, count_key, untyped(Tensor<int64_t>::scalar(workers)), owner);
+    if (workers == 1) {
+      add_tensor(out, worker_key(0), mf::bytes_tensor(mine), owner);
+      return;
+    }
+    const std::vector<std::string> all = mf::gather_bytes_per_worker(strategy_, mine);
+    for (std::size_t k = 0; k < all.size(); ++k)
+      add_tensor(out, worker_key(static_cast<int64_t>(k)), mf::bytes_tensor(all[k]), owner);
+  };
+  t.check = [this, name, count_key, worker_key](const Checkpoint& ckpt, std::set<std::string>& claimed) {
+    ckpt.check(count_key, DType::int64, {});
+    const int64_t saved = ckpt.get<int64_t>(count_key).item();
+    const int workers = strategy_.extended().num_workers();
+    MIRRORED_ENFORCE(saved == workers, InvalidArgumentError, "checkpoint '", ckpt.path(), "': iterator '", name,
+                     "' was saved by ", saved, " worker(s), this run has ", workers,
+                     "; an iterator's position restores only with the same number of workers");
+    claimed.insert(count_key);
+    for (int64_t k = 0; k < saved; ++k) {
+      const std::string key = worker_key(k);
+      const detail::UntypedTensor& u = ckpt.at(key);
+      MIRRORED_ENFORCE(u.dtype == DType::uint8 && u.shape.size() == 1, InvalidArgumentError, "checkpoint '",
+                       ckpt.path(), "': tensor '", key, "' (iterator state) is ", dtype_name(u.dtype), " of shape ",
+                       detail::format_shape(u.shape), ", expected uint8 of rank 1");
+      claimed.insert(key);
+    }
+  };
+  t.prepare = [this, name, save_fn, restore_fn, worker_key](const Checkpoint& ckpt) {
+    const detail::UntypedTensor& u = ckpt.at(worker_key(strategy_.extended().worker_index()));
+    std::string state(static_cast<const char*>(u.data()), u.bytes());
+    std::string before = save_fn();
+    std::string path = ckpt.path();
+    detail::CheckpointRestoreStep step;
+    step.apply = [restore_fn, state = std::move(state), path = std::move(path), name] {
+      try {
+        restore_fn(state);
+      } catch (const InvalidArgumentError& e) {
+        throw InvalidArgumentError(str_cat("checkpoint '", path, "': iterator '", name, "': ", e.what()));
+      }
+    };
+    step.undo = [restore_fn, before = std::move(before)] { restore_fn(before); };
+    return step;
+  };
+  add(name, std::move(t));
+}
+
+void CheckpointManager::set_metadata(const std::string& key, std::string value) {
+  MIRRORED_ENFORCE(!key.empty(), InvalidArgumentError, "CheckpointManager.set_metadata: empty key");
+  MIRRORED_ENFORCE(key.rfind("mirrored.", 0) != 0, InvalidArgumentError, "CheckpointManager.set_metadata: key '", key,
+                   "' is reserved (keys starting with 'mirrored.' are the library's)");
+  metadata_[key] = std::move(value);
+}
+
+std::optional<std::string> CheckpointManager::metadata(const std::string& key) const {
+  auto it = metadata_.find(key);
+  if (it == metadata_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<std::string> CheckpointManager::latest_checkpoint() const {
+  const std::string who = str_cat("CheckpointManager('", directory_, "'): ");
+  struct stat st {};
+  if (::stat(directory_.c_str(), &st) != 0) {
+    if (errno == ENOENT) return std::nullopt;
+    detail::throw_file_error(who, "stat of directory", directory_, errno);
+  }
+  MIRRORED_ENFORCE(S_ISDIR(st.st_mode), InvalidArgumentError, who, "'", directory_, "' is not a directory (it is ",
+                   detail::file_kind(st.st_mode), ")");
+  MIRRORED_ENFORCE(::access(directory_.c_str(), R_OK | X_OK) == 0, PermissionDeniedError, who, "directory '",
+                   directory_, "' cannot be read: ", std::strerror(errno));
+  if (const auto index = mf::read_index(directory_, who)) {
+    const std::string path = directory_ + "/" + index->kept.back();
+    if (mf::exists_regular(path)) return path;
+    MIRRORED_LOG(warn, who, "the index names '", path, "', which is missing; scanning the directory");
+  }
+  const auto files = mf::scan(directory_);
+  if (files.empty()) return std::nullopt;
+  return directory_ + "/" + files.front().second;
+}
+
+std::string CheckpointManager::save(int64_t step) {
+  mf::require_cross_replica_manager("save");
+  MIRRORED_ENFORCE(step >= 0, InvalidArgumentError, "CheckpointManager('", directory_,
+                   "').save: step must be >= 0, got ", step);
+  const std::string name = mf::data_name(step);
+  const std::string path = directory_ + "/" + name;
+  const std::string who = str_cat("CheckpointManager('", directory_, "').save: ");
+
+  // Every worker gathers what it must (collectives), in name order.
+  TensorMap tensors;
+  for (const auto& [tracked_name, t] : tracked_) t.save(tensors);
+
+  std::exception_ptr failure;
+  if (strategy_.extended().should_checkpoint()) {
+    try {
+      std::error_code ec;
+      std::filesystem::create_directories(directory_, ec);
+      if (ec) detail::throw_file_error(who, "creating directory", directory_, ec.value());
+      // The index's writer holds DIR/checkpoint.lock for the whole save: one save of the
+      // directory at a time, so every temporary file present now is a crashed save's.
+      detail::AtomicFileWriter index_file(directory_ + "/" + std::string(mf::kIndexName), who);
+      if (DIR* d = ::opendir(directory_.c_str())) {
+        while (const dirent* e = ::readdir(d))
+          if (mf::is_stray(e->d_name)) ::unlinkat(::dirfd(d), e->d_name, 0);
+        ::closedir(d);
+      }
+      mf::Index index;
+      if (auto previous = mf::read_index(directory_, who)) {
+        index = std::move(*previous);
+      } else {
+        const auto files = mf::scan(directory_);
+        for (auto it = files.rbegin(); it != files.rend(); ++it) index.kept.push_back(it->second);
+      }
+      internal::save_tensors_with(path, tensors, metadata_, {{mf::kStepKey, std::to_string(step)}});
+      index.kept.erase(std::remove(index.kept.begin(), index.kept.end(), name), index.kept.end());
+      index.kept.push_back(name);
+      if (index.kept.size() > static_cast<std::size_t>(max_to_keep_))
+        index.kept.erase(index.kept.begin(), index.kept.end() - max_to_keep_);
+      mf::write_all_fd(index_file.fd(), mf::format_index(index), who, index_file.temp_path());
+      index_file.commit();
+      // The data files the index no longer keeps (older ones, and any a crash left unindexed).
+      for (const auto& [old_step, file] : mf::scan(directory_)) {
+        if (std::find(index.kept.begin(), index.kept.end(), file) != index.kept.end()) continue;
+        const std::string old = directory_ + "/" + file;
+        if (::unlink(old.c_str()) != 0 && errno != ENOENT)
+          MIRRORED_LOG(warn, who, "could not delete the old checkpoint '", old, "': ", std::strerror(errno));
+      }
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  if (strategy_.extended().num_workers() > 1) {
+    // Every worker learns whether the chief's write succeeded.
+    const std::vector<int64_t> ok = mf::gather_per_worker(strategy_, failure ? 0 : 1);
+    if (!failure && ok.front() == 0)
+      throw UnavailableError(str_cat(who, "the chief (worker 0) failed to write '", path, "' (see its log)"));
+  }
+  if (failure) std::rethrow_exception(failure);
+  return path;
+}
+
+std::optional<int64_t> CheckpointManager::restore_or_initialize() {
+  mf::require_cross_replica_manager("restore_or_initialize");
+  const std::string who = str_cat("CheckpointManager('", directory_, "').restore_or_initialize: ");
+  const std::optional<std::string> latest = latest_checkpoint();
+  if (!latest) return std::nullopt;
+
+  Checkpoint ckpt;
+  try {
+    ckpt = load(*latest);
+  } catch (const InvalidArgumentError& e) {
+    if (!options_.fall_back_to_valid_checkpoint) throw;
+    MIRRORED_LOG(warn, who, e.what(), "; falling back to the newest valid checkpoint");
+    bool found = false;
+    for (const auto& [older_step, file] : mf::scan(directory_)) {
+      const std::string candidate = directory_ + "/" + file;
+      if (candidate == *latest) continue;
+      try {
+        ckpt = load(candidate);
+        found = true;
+        MIRRORED_LOG(warn, who, "restoring '", candidate, "' instead of the corrupt '", *latest, "'");
+        break;
+      } catch (const InvalidArgumentError& older) {
+        MIRRORED_LOG(warn, who, older.what(), "; trying an older checkpoint");
+      }
+    }
+    if (!found)
+      throw InvalidArgumentError(str_cat(who, "no valid checkpoint in the directory; the newest: ", e.what()));
+  }
+
+  const std::string at = str_cat("checkpoint '", ckpt.path(), "': ");
+  const auto step_it = ckpt.metadata().find(mf::kStepKey);
+  MIRRORED_ENFORCE(step_it != ckpt.metadata().end(), InvalidArgumentError, at, "no '", mf::kStepKey,
+                   "' in its metadata (not written by a CheckpointManager)");
+  int64_t step = -1;
+  try {
+    std::size_t used = 0;
+    step = std::stoll(step_it->second, &used);
+    if (used != step_it->second.size()) step = -1;
+  } catch (const std::exception&) {
+  }
+  MIRRORED_ENFORCE(step >= 0, InvalidArgumentError, at, "'", mf::kStepKey, "' is '", step_it->second, "', not a step");
+
+  // Everything is checked before anything changes.
+  std::set<std::string> claimed;
+  for (const auto& [name, t] : tracked_) t.check(ckpt, claimed);
+  std::vector<std::string> extra;
+  for (const auto& [name, tensor] : ckpt.tensors())
+    if (!claimed.count(name)) extra.push_back(name);
+  if (!extra.empty()) {
+    std::string list;
+    for (std::size_t i = 0; i < extra.size() && i < 20; ++i) list += str_cat(i ? ", " : "", "'", extra[i], "'");
+    if (extra.size() > 20) list += str_cat(", ... (", extra.size(), " in all)");
+    throw InvalidArgumentError(
+        str_cat(at, "has tensors that nothing tracked here stores: ", list, " (a checkpoint of another model?)"));
+  }
+
+  std::vector<detail::CheckpointRestoreStep> steps;
+  for (const auto& [name, t] : tracked_) steps.push_back(t.prepare(ckpt));
+  // The steps that may fail (iterators) go first, undone if a later one fails; then the rest,
+  // which cannot.
+  std::vector<const detail::CheckpointRestoreStep*> applied;
+  try {
+    for (const auto& s : steps) {
+      if (!s.undo) continue;
+      s.apply();
+      applied.push_back(&s);
+    }
+  } catch (...) {
+    for (auto it = applied.rbegin(); it != applied.rend(); ++it) (*it)->undo();
+    throw;
+  }
+  for (const auto& s : steps)
+    if (!s.undo) s.apply();
+  Metadata user;
+  for (const auto& [key, value] : ckpt.metadata())
+    if (key.rfind("mirrored.", 0) != 0) user.emplace(key, value);
+  metadata_ = std::move(user);
+  return step;
+}
+
+}  // namespace mirrored::checkpoint
