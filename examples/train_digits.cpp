@@ -6,6 +6,7 @@
 //                [--learning-rate X] [--seed 0] [--data data/digits.csv.gz] [--save model.safetensors]
 //                [--strategy mirrored|multi_worker] [--timeline trace.json] [--verbose]
 //                [--shard-optimizer-state] [--compression none|fp16|bf16] [--eval-every-epoch] [--accumulate K]
+//                [--checkpoint-dir DIR] [--save-every-steps N]
 // (`--flag value` or `--flag=value`; `--help` lists them with their defaults.)
 //
 // --strategy multi_worker trains with MultiWorkerMirroredStrategy over the workers TF_CONFIG
@@ -19,6 +20,10 @@
 // device (optimizers::GradientAccumulator) before one all-reduce and one optimizer step.
 // --eval-every-epoch prints the held-out accuracy after every epoch with the training loop's time so
 // far, and the training loop's examples per second at the end (bench/e2e_digits.py reads them).
+// --checkpoint-dir makes the training survive preemption and crashes (docs/fault_tolerance.md):
+// it resumes from the directory's newest checkpoint, saves and exits with status 75 on SIGTERM
+// (tools/launch.sh --max-restarts restarts it), and with --save-every-steps also saves periodically.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -164,6 +170,18 @@ Args parse(int argc, char** argv) {
         int x = 0;
         return is_uint(v) && converts(v, x) && x >= 1;
       }));
+  app.add_option("--checkpoint-dir", a.cfg.checkpoint_dir,
+                 "Fault-tolerant training: keep checkpoints in this directory, resume from the newest, save and exit "
+                 "with status 75 on SIGTERM (default: none)")
+      ->type_name("DIR");
+  app.add_option("--save-every-steps", a.cfg.save_every_steps,
+                 dflt("With --checkpoint-dir: also save every N steps (0: only on SIGTERM and at the end)",
+                      a.cfg.save_every_steps))
+      ->type_name("N")
+      ->check(must_be("must be a non-negative integer", [](const std::string& v) {
+        int64_t x = 0;
+        return is_uint(v) && converts(v, x);
+      }));
   app.add_flag("--eval-every-epoch", a.cfg.eval_every_epoch,
                "Print the held-out accuracy after every epoch and the training loop's time (evaluations excluded)");
   app.allow_extras();  // reported below, in the order given (CLI11 lists them reversed)
@@ -186,6 +204,8 @@ Args parse(int argc, char** argv) {
       std::stringstream ss(devices);
       for (std::string d; std::getline(ss, d, ',');) a.devices.push_back(d);
     }
+    if (a.cfg.save_every_steps > 0 && a.cfg.checkpoint_dir.empty())
+      throw CLI::ValidationError("--save-every-steps", "needs --checkpoint-dir");
     if (a.cfg.global_batch < static_cast<int64_t>(a.devices.size()))
       throw CLI::ValidationError("--global-batch", std::to_string(a.cfg.global_batch) +
                                                        " is less than the number of replicas (" +
@@ -225,6 +245,24 @@ void show(const digits::EpochReport& r, int epochs, bool tty) {
   }
 }
 
+// Test hook (tests/digits/test_checkpoint_resume.cpp): MIRRORED_TEST_RAISE_AT_STEP="STEP:SIGNAL[:WORKER]"
+// makes this process (worker WORKER of a multi-worker job, default 0) send itself SIGNAL (TERM or
+// KILL) after step STEP of the first run of the job (MIRRORED_RESTART_COUNT unset or 0): a
+// preemption or a crash at a chosen step. Ignored when unset.
+std::function<void(int64_t)> raise_at_step_hook(int worker_index) {
+  const char* spec = std::getenv("MIRRORED_TEST_RAISE_AT_STEP");
+  const char* restarts = std::getenv("MIRRORED_RESTART_COUNT");
+  if (!spec || (restarts && std::string(restarts) != "0")) return {};
+  long long step = 0;
+  char sig[8] = {};
+  int worker = 0;
+  if (std::sscanf(spec, "%lld:%7[A-Z]:%d", &step, sig, &worker) < 2 || worker != worker_index) return {};
+  const int signal = std::string(sig) == "KILL" ? SIGKILL : SIGTERM;
+  return [step, signal](int64_t done) {
+    if (done == step) ::kill(::getpid(), signal);
+  };
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -248,12 +286,14 @@ int main(int argc, char** argv) {
       std::printf(", %d micro-batches of %lld per step", args.cfg.accumulate,
                   static_cast<long long>(args.cfg.global_batch / args.cfg.accumulate));
     std::printf("\n");
+    digits::TrainConfig cfg = args.cfg;
+    cfg.after_step = raise_at_step_hook(strategy.extended().worker_index());
     const bool tty = isatty(STDOUT_FILENO);
     const auto devices = strategy.extended().worker_devices();
     std::vector<mirrored::TransferCounts> before;
     for (const auto& d : devices) before.push_back(mirrored::transfer_counts(d));
     int64_t steps = 0;
-    const auto result = digits::train(strategy, split, args.cfg, [&](const digits::EpochReport& r) {
+    const auto result = digits::train(strategy, split, cfg, [&](const digits::EpochReport& r) {
       ++steps;
       show(r, args.cfg.epochs, tty);
     });
@@ -276,6 +316,9 @@ int main(int argc, char** argv) {
             per_step(after.host_syncs, before[i].host_syncs));
       }
     }
+    if (result.resumed_at_step > 0)
+      std::printf("resumed from the checkpoint of step %lld\n", static_cast<long long>(result.resumed_at_step));
+    if (!result.final_checkpoint.empty()) std::printf("saved the finished training to %s\n", result.final_checkpoint.c_str());
     std::printf("held-out accuracy: %.2f%% (%lld examples) after %d epochs in %.2f s\n", 100 * result.test_accuracy,
                 static_cast<long long>(split.test.size()), args.cfg.epochs, result.seconds);
     if (args.cfg.eval_every_epoch)

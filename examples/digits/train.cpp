@@ -2,9 +2,12 @@
 #include "digits/train.hpp"
 
 #include <cstring>
+#include <optional>
 
+#include <mirrored/checkpoint_manager.hpp>
 #include <mirrored/gradient_accumulator.hpp>
 #include <mirrored/gradient_buckets.hpp>
+#include <mirrored/preemption_checkpoint_handler.hpp>
 
 #include "digits/device_mlp.hpp"
 
@@ -158,7 +161,20 @@ TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainCo
                              }
                              return std::make_tuple(x, y);
                            });
-  const auto dist = strategy.experimental_distribute_dataset(dataset);
+  // One pass over every epoch: `repeat` reopens the shuffled range, which reshuffles it, so the
+  // batches are those of one pass per epoch; one iterator is what a checkpoint can resume.
+  const auto dist = strategy.experimental_distribute_dataset(dataset.repeat(cfg.epochs));
+  auto input = dist.begin();
+  std::optional<checkpoint::CheckpointManager> manager;
+  std::optional<PreemptionCheckpointHandler> handler;
+  if (!cfg.checkpoint_dir.empty()) {
+    manager.emplace(strategy, cfg.checkpoint_dir, cfg.max_to_keep);
+    for (auto& v : vars) manager->track(v.name(), v);
+    manager->track("optimizer", *opt);
+    manager->track("input", input);
+    handler.emplace(strategy, *manager, cfg.save_every_steps);  // restores the newest checkpoint
+    result.resumed_at_step = handler->total_run_calls();
+  }
   auto evaluate = [&] {
     const MlpParams p{on_host(vars[0].value()), on_host(vars[1].value()), on_host(vars[2].value()),
                       on_host(vars[3].value())};
@@ -167,41 +183,46 @@ TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainCo
   using Clock = std::chrono::steady_clock;
   const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   const auto first_epoch_start = Clock::now();
-  for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
+  int64_t done = result.resumed_at_step;  // steps over all epochs
+  for (int epoch = static_cast<int>(done / steps) + 1; epoch <= cfg.epochs; ++epoch) {
     const auto epoch_start = Clock::now();
     double loss_sum = 0;
-    int64_t seen = 0, step = 0;
-    for (const PerReplica<Batch>& batch : dist) {
-      // This step's global batch (the last one may be short); with several workers this worker's
-      // replicas hold only their slices of it.
+    int64_t seen = 0, step = done % steps;
+    for (; step < steps; ++step) {
+      std::optional<PerReplica<Batch>> batch = input.get_next_as_optional();
+      MIRRORED_ENFORCE(batch.has_value(), InternalError, "the input ended at epoch ", epoch, ", step ", step, " of ",
+                       steps);
+      // This step's global batch (the last one of an epoch may be short); with several workers
+      // this worker's replicas hold only their slices of it.
       const int64_t b = std::min(cfg.global_batch, train_n - step * cfg.global_batch);
-      auto losses = strategy.run(step_fn, batch, b);
+      auto losses = handler ? handler->run(step_fn, *batch, b) : strategy.run(step_fn, *batch, b);
       const double step_loss = strategy.reduce(ReduceOp::SUM, losses, std::nullopt).item();
-      ++step;
+      ++done;
+      if (cfg.after_step) cfg.after_step(done);
       // Once the loss is NaN or infinite, so are the weights: every further step is wasted.
       MIRRORED_ENFORCE(std::isfinite(step_loss), InvalidArgumentError, "training stopped: the loss became ",
-                       std::isnan(step_loss) ? "NaN" : "infinite", " at epoch ", epoch, ", step ", step, " of ", steps,
-                       " (diverged; try a smaller learning rate)");
+                       std::isnan(step_loss) ? "NaN" : "infinite", " at epoch ", epoch, ", step ", step + 1, " of ",
+                       steps, " (diverged; try a smaller learning rate)");
       loss_sum += step_loss;
       seen += b;
-      if (report && step < steps) {
+      if (report && step + 1 < steps) {
         const double secs = seconds_since(epoch_start);
-        report({epoch, step, steps, loss_sum / static_cast<double>(seen), secs > 0 ? seen / secs : 0, false});
+        report({epoch, step + 1, steps, loss_sum / static_cast<double>(seen), secs > 0 ? seen / secs : 0, false});
       }
     }
-    // The epoch's pass is over (its input thread stopped): the training loop's time ends here.
     const double epoch_seconds = seconds_since(epoch_start);
     result.train_seconds += epoch_seconds;
     result.examples += seen;
-    result.final_loss = loss_sum / static_cast<double>(seen);
+    result.final_loss = seen ? loss_sum / static_cast<double>(seen) : 0;
     if (report) {
       EpochReport last{epoch, step, steps, result.final_loss, epoch_seconds > 0 ? seen / epoch_seconds : 0, true};
       if (cfg.eval_every_epoch) last.test_accuracy = evaluate();
       last.train_seconds = result.train_seconds;
       last.wall_seconds = seconds_since(first_epoch_start);
-      if (report) report(last);
+      report(last);
     }
   }
+  if (manager) result.final_checkpoint = manager->save(done);
   result.test_accuracy = evaluate();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

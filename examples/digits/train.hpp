@@ -46,6 +46,18 @@ struct TrainConfig {
   /// sums their gradients on its device (optimizers::GradientAccumulator, SUM: each is already
   /// scaled by the global batch size) and applies them with one step. 1: no accumulation.
   int accumulate = 1;
+  /// Fault-tolerant training (docs/fault_tolerance.md): when set, a CheckpointManager in this
+  /// directory tracks the variables, the optimizer (slots and step counter) and the input
+  /// iterator; training resumes from its newest checkpoint, a PreemptionCheckpointHandler saves
+  /// and exits with status 75 on SIGTERM, and the finished training is saved there too.
+  std::string checkpoint_dir;
+  /// With `checkpoint_dir`: also save every this many steps (0: only on SIGTERM and at the end).
+  int64_t save_every_steps = 0;
+  /// With `checkpoint_dir`: checkpoints kept.
+  int max_to_keep = 3;
+  /// Called after every step with the number of steps done (over all epochs and restarts);
+  /// train_digits' test hook raises a signal here.
+  std::function<void(int64_t)> after_step;
 };
 
 /// What one epoch reports (for progress output).
@@ -67,7 +79,9 @@ struct TrainResult {
   double final_loss = 0;
   double seconds = 0;        // all of train(): building the model and the final evaluation included
   double train_seconds = 0;  // the training loop only (as EpochReport::train_seconds)
-  int64_t examples = 0;      // examples trained on, over all epochs
+  int64_t examples = 0;      // examples trained on, over all epochs (since the resume, if any)
+  int64_t resumed_at_step = 0;   // with TrainConfig::checkpoint_dir: the step training resumed from
+  std::string final_checkpoint;  // with TrainConfig::checkpoint_dir: the checkpoint of the finished training
 };
 
 /// Trains for `cfg.epochs` epochs; `report` is called after every step.
