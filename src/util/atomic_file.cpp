@@ -157,13 +157,17 @@ void AtomicFileWriter::create_temp() {
                                  kCreateAttempts, " attempts"));
 }
 
-void AtomicFileWriter::commit() {
-  if (::fsync(fd_) != 0) throw_file_error(prefix_, "fsyncing", temp_, errno);
+void AtomicFileWriter::sync_directory(const std::string& prefix, const std::string& dir) {
+  fsync_directory(prefix, dir);
+}
+
+void AtomicFileWriter::commit(bool sync_file, bool sync_directory) {
+  if (sync_file && ::fsync(fd_) != 0) throw_file_error(prefix_, "fsyncing", temp_, errno);
   if (::rename(temp_.c_str(), path_.c_str()) != 0) throw_file_error(prefix_, "renaming", temp_, errno);
   committed_ = true;
   const int fd = std::exchange(fd_, -1);
   if (::close(fd) != 0) throw_file_error(prefix_, "closing", path_, errno);
-  fsync_directory(prefix_, dir_);
+  if (sync_directory) fsync_directory(prefix_, dir_);
   unlock();
 }
 

@@ -30,8 +30,14 @@ class AtomicFileWriter {
   /// The temporary file's descriptor (write-only) and name.
   int fd() const noexcept { return fd_; }
   const std::string& temp_path() const noexcept { return temp_; }
-  /// fsync, rename over the target, fsync the directory; then releases the lock.
-  void commit();
+  /// fsync, rename over the target, fsync the directory; then releases the lock. `sync_file`
+  /// false skips the fsync (for a file whose loss or truncation by a machine crash its readers
+  /// survive), `sync_directory` false the directory's (the caller syncs it once for several
+  /// renames, or accepts that a machine crash may undo the rename: the old file then stays).
+  void commit(bool sync_file = true, bool sync_directory = true);
+  /// fsyncs directory `dir` (EINVAL, a file system that cannot, is not an error). Messages start
+  /// with `prefix`.
+  static void sync_directory(const std::string& prefix, const std::string& dir);
 
   /// `<path>.tmp.`: every temporary file of a save to `path` starts with it.
   static std::string temp_prefix(const std::string& path);

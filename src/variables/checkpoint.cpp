@@ -151,7 +151,7 @@ void save_tensors(const std::string& path, const TensorMap& tensors, const Metad
 }
 
 void internal::save_tensors_with(const std::string& path, const TensorMap& tensors, const Metadata& metadata,
-                                 const Metadata& library_metadata) {
+                                 const Metadata& library_metadata, bool sync_directory) {
   detail::timeline::Scope trace("checkpoint_save", "checkpoint");
   if (trace.active()) {
     trace.arg("tensors", static_cast<std::int64_t>(tensors.size()));
@@ -253,7 +253,7 @@ void internal::save_tensors_with(const std::string& path, const TensorMap& tenso
     if (::pwrite(fd, hex.data(), hex.size(), at) != static_cast<ssize_t>(hex.size()))
       throw_io(path, "writing", temp, errno ? errno : EIO);
   }
-  file.commit();  // on any error before this, `file` removes the temporary file
+  file.commit(true, sync_directory);  // on any error before this, `file` removes the temporary file
 }
 
 Checkpoint load(const std::string& path, const LoadOptions& options) {

@@ -49,9 +49,11 @@ struct Header {
 
 /// `save_tensors(path, tensors, metadata)` that also stores `library_metadata`, whose keys are
 /// the library's own (`mirrored.` and more, e.g. `mirrored.manager.step`; not the checksum or the
-/// format). \throws what `save_tensors` throws; InvalidArgumentError for another library key.
+/// format). `sync_directory` false skips the directory's fsync after the rename (the file itself
+/// is always fsynced before it: the caller syncs the directory, or accepts that a machine crash may
+/// undo the rename). \throws what `save_tensors` throws; InvalidArgumentError for another library key.
 void save_tensors_with(const std::string& path, const TensorMap& tensors, const Metadata& metadata,
-                       const Metadata& library_metadata);
+                       const Metadata& library_metadata, bool sync_directory = true);
 
 /// Parses a header. \throws InvalidArgumentError naming `path` for anything that is not a valid
 /// safetensors header.

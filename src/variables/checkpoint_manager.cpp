@@ -390,13 +390,19 @@ std::string CheckpointManager::save(int64_t step) {
         const auto files = mf::scan(directory_);
         for (auto it = files.rbegin(); it != files.rend(); ++it) index.kept.push_back(it->second);
       }
-      internal::save_tensors_with(path, tensors, metadata_, {{mf::kStepKey, std::to_string(step)}});
+      // The data file is fsynced before its rename, so no machine crash leaves a partial file
+      // under a checkpoint's name; the index is not (a hint: a truncated or lost one makes
+      // latest_checkpoint scan the directory).
+      internal::save_tensors_with(path, tensors, metadata_, {{mf::kStepKey, std::to_string(step)}},
+                                  /*sync_directory=*/false);
       index.kept.erase(std::remove(index.kept.begin(), index.kept.end(), name), index.kept.end());
       index.kept.push_back(name);
       if (index.kept.size() > static_cast<std::size_t>(max_to_keep_))
         index.kept.erase(index.kept.begin(), index.kept.end() - max_to_keep_);
       mf::write_all_fd(index_file.fd(), mf::format_index(index), who, index_file.temp_path());
-      index_file.commit();
+      index_file.commit(/*sync_file=*/false, /*sync_directory=*/false);
+      // One directory fsync for both renames: the checkpoint survives a machine crash from here on.
+      if (options_.sync_directory) detail::AtomicFileWriter::sync_directory(who, directory_);
       // The data files the index no longer keeps (older ones, and any a crash left unindexed).
       for (const auto& [old_step, file] : mf::scan(directory_)) {
         if (std::find(index.kept.begin(), index.kept.end(), file) != index.kept.end()) continue;

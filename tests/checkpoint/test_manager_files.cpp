@@ -139,7 +139,9 @@ TEST_F(ManagerTest, KilledMidSaveTheRestartUsesThePreviousCheckpointAndTheNextSa
     Plain restart(dir_);
     const std::optional<int64_t> restored = restart.m.restore_or_initialize();
     ASSERT_TRUE(restored.has_value());
-    if (self) EXPECT_EQ(*restored, committed);  // killed while writing the data file
+    if (self) {
+      EXPECT_EQ(*restored, committed);  // killed while writing the data file
+    }
     EXPECT_TRUE(*restored == committed || *restored == next) << *restored;
     EXPECT_EQ(restart.step.value().item(), *restored);
     EXPECT_EQ(bits(restart.big.value()), bits(version(*restored)));

@@ -164,7 +164,7 @@ TEST_F(ManagerTest, WithoutAnIndexTheHighestStepIsTheLatest) {
 TEST_F(ManagerTest, IteratorStatesAndMetadataRestore) {
   Variable<float> w(Tensor<float>{1.0f});
   FakeIterator it{.position = 7, .replicas = 1};
-  checkpoint::CheckpointManager m(get_strategy(), dir_);
+  checkpoint::CheckpointManager m(get_strategy(), dir_, 5, {.sync_directory = true});
   m.track("w", w);
   track_fake(m, "it", it);
   m.set_metadata("epoch", "3");

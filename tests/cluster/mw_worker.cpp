@@ -7,7 +7,8 @@
 //
 // Scenarios: collectives, ring (all-reduces of uneven sizes), compression (mw_compression.cpp), mismatch, kill
 // (worker K kills itself at step N), stop (worker K stops itself), never_join (expects the start-up to fail),
-// leave_early (worker K leaves after N steps), hello (prints and exits).
+// leave_early (worker K leaves after N steps), checkpoint (mw_checkpoint.cpp; needs $MW_CHECKPOINT_DIR),
+// hello (prints and exits).
 #include <signal.h>
 #include <unistd.h>
 
@@ -570,6 +571,7 @@ int main(int argc, char** argv) {
     if (a.scenario == "mismatch") return mismatch(a);
     if (a.scenario == "ring") return ring(a);
     if (a.scenario == "compression") return compression(a);
+    if (a.scenario == "checkpoint") return checkpoint_scenario(a);
     if (a.scenario == "kill") return fault(a, true);
     if (a.scenario == "stop") return fault(a, false);
     if (a.scenario == "never_join") return never_join(a);

@@ -45,5 +45,7 @@ inline CommunicationOptions options(double timeout) {
 
 /// The scenario "compression" (mw_compression.cpp).
 int compression(const Args& a);
+/// The scenario "checkpoint" (mw_checkpoint.cpp): CheckpointManager's save and restore across workers.
+int checkpoint_scenario(const Args& a);
 
 }  // namespace mirrored::mw

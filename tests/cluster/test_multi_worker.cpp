@@ -79,6 +79,25 @@ INSTANTIATE_TEST_SUITE_P(Clusters, RingSizes, ::testing::Values(Config{2, 1, fal
                                   "Replicas";
                          });
 
+// checkpoint::CheckpointManager across workers (tests/cluster/mw_checkpoint.cpp): every worker
+// saves (sharded Adam slots gathered, every worker's iterator state collected), only the chief
+// writes, and every worker restores bitwise into a fresh model and optimizer from the shared
+// directory, its own iterator state included.
+TEST(CheckpointManagerWorkers, SaveGathersEveryWorkerAndEveryWorkerRestores) {
+  for (const Config c : {Config{2, 1, false}, Config{2, 2, true}}) {
+    SCOPED_TRACE(std::to_string(c.workers) + " workers of " + std::to_string(c.replicas) + " replicas");
+    testing::TempDir dir;
+    std::map<std::string, std::string> env = c.shm ? kShm : kTcp;
+    env["MW_CHECKPOINT_DIR"] = dir.path() + "/ckpts";
+    Job job(c.workers, ranks(c.workers), worker("checkpoint", {"--replicas", std::to_string(c.replicas)}), env);
+    ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+    for (int w = 0; w < c.workers; ++w) {
+      EXPECT_EQ(job.code(w), 0) << job.outputs();
+      EXPECT_THAT(job.output(w), HasSubstr("OK worker " + std::to_string(w)));
+    }
+  }
+}
+
 // CommunicationOptions::compression (tests/cluster/mw_compression.cpp): FP16 and BF16 all-reduces,
 // asynchronous ones, reduce_scatter, GradientBuckets and apply_gradients follow the documented
 // rounding bit for bit; other dtypes are untouched; workers passing different compressions fail
