@@ -153,8 +153,8 @@ namespace mirrored::detail {
 /// CRC-32 (the polynomial and conventions of zlib's `crc32`): continues from `crc` (0 to start).
 std::uint32_t checkpoint_crc32(std::uint32_t crc, const void* data, std::size_t bytes) noexcept;
 
-/// Test hook called while `checkpoint::save_tensors` writes the temporary file: after the header
-/// and after each chunk of data (chunks are at most `kCheckpointChunkBytes`), with the bytes
+/// Test hook called while `checkpoint::save_tensors` writes the temporary file: after each write
+/// (at most `kCheckpointChunkBytes`; the header and small tensors are gathered into one), with the bytes
 /// written so far and the file's total size. It may throw (the save then fails cleanly: the
 /// temporary file is removed) or `_exit` (a simulated crash: the temporary file stays behind).
 using CheckpointFaultHook = void (*)(const std::string& temp_path, std::uint64_t bytes_written,

@@ -73,7 +73,14 @@ std::string AtomicFileWriter::temp_prefix(const std::string& path) { return path
 std::string AtomicFileWriter::lock_path(const std::string& path) { return path + ".lock"; }
 
 AtomicFileWriter::AtomicFileWriter(std::string path, std::string prefix)
+    : AtomicFileWriter(std::move(path), std::move(prefix), Locking::own_lock) {}
+
+AtomicFileWriter::AtomicFileWriter(std::string path, std::string prefix, Locking locking)
     : path_(std::move(path)), prefix_(std::move(prefix)), dir_(directory_of(path_)) {
+  if (locking == Locking::held_by_caller) {
+    create_temp();
+    return;
+  }
   lock();
   try {
     remove_stale_temps();

@@ -23,6 +23,11 @@ namespace mirrored::detail {
 class AtomicFileWriter {
  public:
   AtomicFileWriter(std::string path, std::string prefix);
+  /// Who excludes other writers of `path`: the writer itself (its lock file, and it removes the
+  /// temporary files of crashed saves first), or its caller, which holds a lock that covers
+  /// `path` and has removed those files itself (a checkpoint manager's directory lock).
+  enum class Locking { own_lock, held_by_caller };
+  AtomicFileWriter(std::string path, std::string prefix, Locking locking);
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;

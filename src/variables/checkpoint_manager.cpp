@@ -376,13 +376,9 @@ std::string CheckpointManager::save(int64_t step) {
       std::filesystem::create_directories(directory_, ec);
       if (ec) detail::throw_file_error(who, "creating directory", directory_, ec.value());
       // The index's writer holds DIR/checkpoint.lock for the whole save: one save of the
-      // directory at a time, so every temporary file present now is a crashed save's.
+      // directory at a time, so every temporary file present now is a crashed save's, and the
+      // data file needs no lock of its own.
       detail::AtomicFileWriter index_file(directory_ + "/" + std::string(mf::kIndexName), who);
-      if (DIR* d = ::opendir(directory_.c_str())) {
-        while (const dirent* e = ::readdir(d))
-          if (mf::is_stray(e->d_name)) ::unlinkat(::dirfd(d), e->d_name, 0);
-        ::closedir(d);
-      }
       mf::Index index;
       if (auto previous = mf::read_index(directory_, who)) {
         index = std::move(*previous);
@@ -394,7 +390,7 @@ std::string CheckpointManager::save(int64_t step) {
       // under a checkpoint's name; the index is not (a hint: a truncated or lost one makes
       // latest_checkpoint scan the directory).
       internal::save_tensors_with(path, tensors, metadata_, {{mf::kStepKey, std::to_string(step)}},
-                                  /*sync_directory=*/false);
+                                  /*sync_directory=*/false, /*caller_holds_lock=*/true);
       index.kept.erase(std::remove(index.kept.begin(), index.kept.end(), name), index.kept.end());
       index.kept.push_back(name);
       if (index.kept.size() > static_cast<std::size_t>(max_to_keep_))
@@ -403,12 +399,23 @@ std::string CheckpointManager::save(int64_t step) {
       index_file.commit(/*sync_file=*/false, /*sync_directory=*/false);
       // One directory fsync for both renames: the checkpoint survives a machine crash from here on.
       if (options_.sync_directory) detail::AtomicFileWriter::sync_directory(who, directory_);
-      // The data files the index no longer keeps (older ones, and any a crash left unindexed).
-      for (const auto& [old_step, file] : mf::scan(directory_)) {
-        if (std::find(index.kept.begin(), index.kept.end(), file) != index.kept.end()) continue;
-        const std::string old = directory_ + "/" + file;
-        if (::unlink(old.c_str()) != 0 && errno != ENOENT)
-          MIRRORED_LOG(warn, who, "could not delete the old checkpoint '", old, "': ", std::strerror(errno));
+      // One pass over the directory, still under the lock: what crashed saves left (temporary
+      // and lock files; none is this save's, whose files are renamed by now), and the data files
+      // the index no longer keeps (older ones, and any a crash left unindexed).
+      if (DIR* d = ::opendir(directory_.c_str())) {
+        while (const dirent* e = ::readdir(d)) {
+          const std::string_view file = e->d_name;
+          if (mf::is_stray(file)) {
+            ::unlinkat(::dirfd(d), e->d_name, 0);
+            continue;
+          }
+          if (!mf::step_of(file) || std::find(index.kept.begin(), index.kept.end(), file) != index.kept.end())
+            continue;
+          if (::unlinkat(::dirfd(d), e->d_name, 0) != 0 && errno != ENOENT)
+            MIRRORED_LOG(warn, who, "could not delete the old checkpoint '", directory_, "/", file,
+                         "': ", std::strerror(errno));
+        }
+        ::closedir(d);
       }
     } catch (...) {
       failure = std::current_exception();
