@@ -181,6 +181,25 @@ TEST_F(IteratorStateFiles, AFileTooShortForTheSavedPositionIsRefused) {
               HasSubstr("has 2 records, fewer than the 3 left to read"));
 }
 
+TEST(IteratorState, AStateSavedInALaterPassKeepsThatPassAndTheOnesAfter) {
+  const auto make = [] { return data::range(12).shuffle(12, 5).batch(5); };
+  const auto reference = make();
+  std::vector<std::vector<Rows>> passes;
+  for (int p = 0; p < 4; ++p) passes.push_back(one_pass(reference));
+  ASSERT_NE(passes[2], passes[1]);  // each pass is reshuffled
+  const auto saved_ds = make();
+  one_pass(saved_ds);
+  one_pass(saved_ds);
+  auto it = saved_ds.begin();  // the third pass
+  it.next();
+  const std::string state = it.save_state();
+  const auto restored_ds = make();  // has opened no pass yet
+  auto it2 = restored_ds.begin();
+  it2.restore_state(state);
+  EXPECT_EQ(drain(it2), tail(passes[2], 1));
+  EXPECT_EQ(one_pass(restored_ds), passes[3]);
+}
+
 TEST(IteratorState, AnElementLookedAtButNotConsumedIsKept) {
   const auto ds = data::range(10).shuffle(4, 3).prefetch(2);
   const std::vector<Rows> all = one_pass(data::range(10).shuffle(4, 3).prefetch(2));
