@@ -6,12 +6,12 @@
 
 #include <cstddef>
 #include <deque>
-#include <string>
 #include <functional>
 #include <iterator>
 #include <memory>
 #include <optional>
 #include <stop_token>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -35,7 +35,7 @@ namespace data::detail {
 template <class E>
 struct DistributedState {
   using Source = std::shared_ptr<StepSource<E>>;
-  std::function<Source(std::stop_token)> open;  // a new pass (cancelled through the token)
+  std::function<Source(std::stop_token)> open;                   // a new pass (cancelled through the token)
   std::function<Source(std::stop_token, StateReader&)> restore;  // a pass positioned by saved state
   std::vector<TensorSpec> replica_spec;                          // per-replica element spec (components)
   std::size_t num_local_replicas = 1;
@@ -115,12 +115,12 @@ DistributedDataset<E> distribute_dataset(const Dataset<E>& ds, std::vector<Devic
     pass.stop = std::move(stop);
     return std::make_shared<RebatchSource<E>>(node->open(pass), plan, pass.stop);
   };
-  state->restore = [node, ctx = shard.ctx, plan](std::stop_token stop,
-                                                 StateReader& r) -> typename DistributedState<E>::Source {
-    OpenContext pass = ctx;
-    pass.stop = std::move(stop);
-    return RebatchSource<E>::restore(*node, pass, plan, r);
-  };
+  state->restore = [node, ctx = shard.ctx, plan](std::stop_token stop, StateReader& r) ->
+      typename DistributedState<E>::Source {
+        OpenContext pass = ctx;
+        pass.stop = std::move(stop);
+        return RebatchSource<E>::restore(*node, pass, plan, r);
+      };
   return DistributedDataset<E>(std::move(state));
 }
 
@@ -159,20 +159,20 @@ auto distribute_datasets_from_function(Fn& fn, std::vector<Device> devices, int 
       "distribute_datasets_from_function(replication_mode=", static_cast<int>(o.experimental_replication_mode),
       ", fetch_to_device=", o.experimental_fetch_to_device, ")");
   state->pipelines = nodes;
-  state->restore = [nodes, devices, fetch = o.experimental_fetch_to_device](
-                       std::stop_token stop, StateReader& r) -> typename DistributedState<E>::Source {
-    OpenContext pass;
-    pass.stop = std::move(stop);
-    return FunctionSource<E>::restore(nodes, pass, devices, fetch, r);
-  };
-  state->open = [nodes, devices = std::move(devices),
-                 fetch = o.experimental_fetch_to_device](std::stop_token stop) -> typename DistributedState<E>::Source {
-    OpenContext pass;
-    pass.stop = std::move(stop);
-    std::vector<std::unique_ptr<Cursor<E>>> cursors;
-    for (const auto& node : nodes) cursors.push_back(node->open(pass));
-    return std::make_shared<FunctionSource<E>>(std::move(cursors), devices, fetch);
-  };
+  state->restore = [nodes, devices, fetch = o.experimental_fetch_to_device](std::stop_token stop, StateReader& r) ->
+      typename DistributedState<E>::Source {
+        OpenContext pass;
+        pass.stop = std::move(stop);
+        return FunctionSource<E>::restore(nodes, pass, devices, fetch, r);
+      };
+  state->open = [nodes, devices = std::move(devices), fetch = o.experimental_fetch_to_device](std::stop_token stop) ->
+      typename DistributedState<E>::Source {
+        OpenContext pass;
+        pass.stop = std::move(stop);
+        std::vector<std::unique_ptr<Cursor<E>>> cursors;
+        for (const auto& node : nodes) cursors.push_back(node->open(pass));
+        return std::make_shared<FunctionSource<E>>(std::move(cursors), devices, fetch);
+      };
   return DistributedDataset<E>(std::move(state));
 }
 
@@ -403,11 +403,10 @@ class DistributedIterator {
     std::size_t at = 0;
     for (const auto& node : state_->pipelines) {
       const std::size_t k = data::detail::graph_counters(*node).size();
-      data::detail::set_graph_counters(
-          *node,
-          std::vector<uint64_t>(values.begin() + static_cast<std::ptrdiff_t>(at),
-                                values.begin() + static_cast<std::ptrdiff_t>(at + k)),
-          r);
+      data::detail::set_graph_counters(*node,
+                                       std::vector<uint64_t>(values.begin() + static_cast<std::ptrdiff_t>(at),
+                                                             values.begin() + static_cast<std::ptrdiff_t>(at + k)),
+                                       r);
       at += k;
     }
   }

@@ -160,7 +160,8 @@ class LineCursor final : public Cursor<Bytes> {
     int64_t offset = 0;
     if (file_) {
       offset = static_cast<int64_t>(::ftello(file_.get()));
-      if (offset < 0) ::mirrored::detail::throw_file_error("text_line_dataset: ", "telling the offset in", files_[index_ - 1], errno);
+      if (offset < 0)
+        ::mirrored::detail::throw_file_error("text_line_dataset: ", "telling the offset in", files_[index_ - 1], errno);
     }
     w.i64(offset);
   }
@@ -175,8 +176,8 @@ class LineCursor final : public Cursor<Bytes> {
     const std::string& path = files_[index_ - 1];
     std::uint64_t size = 0;
     file_ = open_file(path, "text_line_dataset", &size);
-    MIRRORED_ENFORCE(static_cast<uint64_t>(offset) <= size, InvalidArgumentError, r.op(), ": \"", path, "\" has ",
-                     size, " bytes, fewer than the saved offset ", offset);
+    MIRRORED_ENFORCE(static_cast<uint64_t>(offset) <= size, InvalidArgumentError, r.op(), ": \"", path, "\" has ", size,
+                     " bytes, fewer than the saved offset ", offset);
     if (::fseeko(file_.get(), static_cast<off_t>(offset), SEEK_SET) != 0)
       ::mirrored::detail::throw_file_error("text_line_dataset: ", "seeking in", path, errno);
   }
@@ -243,9 +244,9 @@ std::string describe_files(const std::vector<std::string>& files, bool lines, co
   }
   const uint64_t hash = ::mirrored::detail::fnv1a(names);
   if (lines) return str_cat("text_line_dataset(", files.size(), " files, names ", hash, ")");
-  return str_cat("fixed_length_record_dataset(", files.size(), " files, names ", hash, ", record_bytes=",
-                 format.record_bytes, ", header_bytes=", format.header_bytes, ", footer_bytes=", format.footer_bytes,
-                 ")");
+  return str_cat("fixed_length_record_dataset(", files.size(), " files, names ", hash,
+                 ", record_bytes=", format.record_bytes, ", header_bytes=", format.header_bytes,
+                 ", footer_bytes=", format.footer_bytes, ")");
 }
 
 }  // namespace mirrored::data::detail

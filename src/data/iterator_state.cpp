@@ -120,8 +120,7 @@ std::string StateReader::str() {
 
 uint64_t StateReader::count(int64_t max, std::size_t min_bytes, const char* what) {
   const uint64_t n = u64();
-  if (max >= 0 && n > static_cast<uint64_t>(max))
-    corrupt(core::str_cat(what, " ", n, " exceeds its limit ", max));
+  if (max >= 0 && n > static_cast<uint64_t>(max)) corrupt(core::str_cat(what, " ", n, " exceeds its limit ", max));
   if (min_bytes > 0 && n > (bytes_.size() - pos_) / min_bytes)
     corrupt(core::str_cat(what, " ", n, " exceeds what the ", bytes_.size() - pos_, " bytes left can hold"));
   return n;

@@ -181,6 +181,25 @@ TEST_F(IteratorStateFiles, AFileTooShortForTheSavedPositionIsRefused) {
               HasSubstr("has 2 records, fewer than the 3 left to read"));
 }
 
+TEST(IteratorState, AStateSavedInALaterPassKeepsThatPassAndTheOnesAfter) {
+  const auto make = [] { return data::range(12).shuffle(12, 5).batch(5); };
+  const auto reference = make();
+  std::vector<std::vector<Rows>> passes;
+  for (int p = 0; p < 4; ++p) passes.push_back(one_pass(reference));
+  ASSERT_NE(passes[2], passes[1]);  // each pass is reshuffled
+  const auto saved_ds = make();
+  one_pass(saved_ds);
+  one_pass(saved_ds);
+  auto it = saved_ds.begin();  // the third pass
+  it.next();
+  const std::string state = it.save_state();
+  const auto restored_ds = make();  // has opened no pass yet
+  auto it2 = restored_ds.begin();
+  it2.restore_state(state);
+  EXPECT_EQ(drain(it2), tail(passes[2], 1));
+  EXPECT_EQ(one_pass(restored_ds), passes[3]);
+}
+
 TEST(IteratorState, AnElementLookedAtButNotConsumedIsKept) {
   const auto ds = data::range(10).shuffle(4, 3).prefetch(2);
   const std::vector<Rows> all = one_pass(data::range(10).shuffle(4, 3).prefetch(2));
@@ -210,9 +229,10 @@ TEST(IteratorState, AnotherPipelineIsRefusedNamingBoth) {
   EXPECT_THAT(msg, HasSubstr("range(0, 10, 1).batch(4, drop_remainder=false)"));
   EXPECT_THAT(msg, HasSubstr("restoring into range(0, 10, 1).batch(8, drop_remainder=false)"));
   auto seeded = data::range(10).shuffle(3, 1).begin();
-  EXPECT_THAT(message_of<InvalidArgumentError>(
-                  [&] { data::range(10).shuffle(3, 2).begin().restore_state(seeded.save_state()); }),
-              HasSubstr("shuffle(buffer_size=3, seed=1), restoring into range(0, 10, 1).shuffle(buffer_size=3, seed=2)"));
+  EXPECT_THAT(
+      message_of<InvalidArgumentError>(
+          [&] { data::range(10).shuffle(3, 2).begin().restore_state(seeded.save_state()); }),
+      HasSubstr("shuffle(buffer_size=3, seed=1), restoring into range(0, 10, 1).shuffle(buffer_size=3, seed=2)"));
 }
 
 TEST(IteratorState, CorruptOrTruncatedStateIsRefusedAndChangesNothing) {
@@ -357,7 +377,9 @@ TEST(DistributedIteratorState, DistributeDatasetsFromFunction) {
 
 TEST(DistributedIteratorState, FourReplicasFromFunction) {
   MirroredStrategy strategy(cpus(4));
-  const auto fn = [](const InputContext& ctx) { return data::range(30).shuffle(9, 1).batch(ctx.get_per_replica_batch_size(8)); };
+  const auto fn = [](const InputContext& ctx) {
+    return data::range(30).shuffle(9, 1).batch(ctx.get_per_replica_batch_size(8));
+  };
   expect_distributed_resumes([&] { return strategy.distribute_datasets_from_function(fn); }, {0, 1, 2, 4});
 }
 
@@ -423,7 +445,8 @@ TEST(DistributedIteratorState, FileShardedWorkerResumes) {
   data::Options opts;
   opts.experimental_distribute.auto_shard_policy = data::AutoShardPolicy::FILE;
   const auto make = [&] {
-    const auto ds = data::fixed_length_record_dataset(files, 8).map(testing::record_to_int64).batch(4).with_options(opts);
+    const auto ds =
+        data::fixed_length_record_dataset(files, 8).map(testing::record_to_int64).batch(4).with_options(opts);
     return data::detail::distribute_dataset(ds, cpu_devices(2), 2, 0, InputOptions{});
   };
   expect_distributed_resumes(make, {0, 1, 2, 3});

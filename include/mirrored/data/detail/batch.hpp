@@ -35,8 +35,8 @@ class BatchNode final : public Node<E> {
   /// State: whether the input has ended, else the input's (a batch is made within one `next`).
   std::unique_ptr<Cursor<E>> restore(const OpenContext& ctx, StateReader& r) const override {
     const bool done = r.boolean();
-    auto c = std::make_unique<BatchCursor>(done ? nullptr : input_->restore(ctx, r), batch_size_, drop_remainder_,
-                                           ctx.stop);
+    auto c =
+        std::make_unique<BatchCursor>(done ? nullptr : input_->restore(ctx, r), batch_size_, drop_remainder_, ctx.stop);
     c->done = done;
     return c;
   }

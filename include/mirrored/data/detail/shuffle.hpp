@@ -55,8 +55,8 @@ class ShuffleNode final : public Node<E> {
     std::vector<E> buffer;
     buffer.reserve(static_cast<std::size_t>(n));
     for (uint64_t i = 0; i < n; ++i) buffer.push_back(read_element<E>(r));
-    auto c = std::make_unique<ShuffleCursor>(input_done ? nullptr : input_->restore(ctx, r), buffer_size_, rng,
-                                             ctx.stop);
+    auto c =
+        std::make_unique<ShuffleCursor>(input_done ? nullptr : input_->restore(ctx, r), buffer_size_, rng, ctx.stop);
     c->buffer = std::move(buffer);
     c->input_done = input_done;
     c->filled = filled;
@@ -68,7 +68,9 @@ class ShuffleNode final : public Node<E> {
   std::vector<const NodeBase*> inputs() const override { return {input_.get()}; }
   /// The number of passes opened so far, which seeds the next one.
   std::vector<uint64_t> counters() const override { return {epochs_.load(std::memory_order_relaxed)}; }
-  void set_counters(const std::vector<uint64_t>& v) const override { epochs_.store(v.at(0), std::memory_order_relaxed); }
+  void set_counters(const std::vector<uint64_t>& v) const override {
+    epochs_.store(v.at(0), std::memory_order_relaxed);
+  }
 
  private:
   struct ShuffleCursor final : Cursor<E> {

@@ -35,8 +35,9 @@ class RangeNode final : public Node<Tensor<int64_t>> {
     const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
     const uint64_t stride = step_ > 0 ? u(step_) : 0 - u(step_);
     const bool on_grid = (step_ > 0 ? u(next) - u(start_) : u(start_) - u(next)) % stride == 0;
-    const bool in_range = next == start_ || (step_ > 0 ? (next > start_ && (next < stop_ || u(next) - u(stop_) < stride))
-                                                       : (next < start_ && (next > stop_ || u(stop_) - u(next) < stride)));
+    const bool in_range =
+        next == start_ || (step_ > 0 ? (next > start_ && (next < stop_ || u(next) - u(stop_) < stride))
+                                     : (next < start_ && (next > stop_ || u(stop_) - u(next) < stride)));
     r.check(in_range && on_grid, "a range position outside its range");
     return std::make_unique<RangeCursor>(next, stop_, step_);
   }
@@ -68,7 +69,9 @@ class SlicesNode final : public Node<E> {
   explicit SlicesNode(std::vector<UntypedTensor> tensors)
       : Node<E>(specs_of(tensors), {}), tensors_(std::move(tensors)) {}
 
-  std::unique_ptr<Cursor<E>> open(const OpenContext&) const override { return std::make_unique<SlicesCursor>(tensors_); }
+  std::unique_ptr<Cursor<E>> open(const OpenContext&) const override {
+    return std::make_unique<SlicesCursor>(tensors_);
+  }
   /// State: the next row.
   std::unique_ptr<Cursor<E>> restore(const OpenContext&, StateReader& r) const override {
     const int64_t row = r.i64();
