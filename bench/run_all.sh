@@ -24,7 +24,7 @@
 #
 # Options: --quick, --no-docs, --out DIR, --jobs N (build jobs, default 2), --skip-tf (no
 # TensorFlow: neither tf_compare.py nor e2e_digits.py's TF side), --skip-e2e (no e2e_digits.py),
-# --skip-multi-worker (no bench_multi_worker.sh).
+# --skip-multi-worker (no bench_multi_worker.sh, no bench_preemption.py).
 # Close everything else first: every benchmark runs as many threads as replicas.
 set -euo pipefail
 
@@ -104,7 +104,7 @@ cmake --preset release >"$OUT/configure.log"
 BENCHES=(bench_all_reduce bench_run_overhead bench_apply_gradients bench_input_pipeline bench_checkpoint bench_overlap
   bench_tf_ops)
 [ "$SKIP_E2E" = 0 ] && BENCHES+=(train_digits e2e_digits_setup)
-[ "$SKIP_MW" = 0 ] && BENCHES+=(bench_multi_worker mirrored_mw_worker)
+[ "$SKIP_MW" = 0 ] && BENCHES+=(bench_multi_worker mirrored_mw_worker train_digits)
 cmake --build --preset release -j"$JOBS" --target "${BENCHES[@]}" >"$OUT/build.log"
 end "build (release)"
 
@@ -141,6 +141,12 @@ if [ "$SKIP_MW" = 0 ]; then
   bash bench/bench_multi_worker.sh "${MW_ARGS[@]}" >"$OUT/multi_worker.log" 2>&1 ||
     { echo "run_all.sh: bench_multi_worker.sh failed; see $OUT/multi_worker.log" >&2; exit 1; }
   end "bench_multi_worker.sh (2 workers on loopback, compression)"
+  begin "bench_preemption.py (SIGTERM to exit, 2 workers)"
+  PRE_ARGS=(--rounds 7)
+  [ "$QUICK" = 1 ] && PRE_ARGS=(--rounds 2)
+  python3 bench/bench_preemption.py --build-dir build/release "${PRE_ARGS[@]}" >"$OUT/preemption.log" 2>&1 ||
+    { echo "run_all.sh: bench_preemption.py failed; see $OUT/preemption.log" >&2; exit 1; }
+  end "bench_preemption.py (SIGTERM to exit, 2 workers)"
 fi
 
 begin "tables and charts"
