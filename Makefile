@@ -3,6 +3,8 @@
 #   make test   - debug build + full ctest run
 #   make asan   - AddressSanitizer/UBSan build + ctest
 #   make tsan   - ThreadSanitizer build + ctest
+#   make slow   - debug build + the tests labelled `slow`, which the other test targets leave out
+#                 (the long sweep of interrupted and resumed training, docs/fault_tolerance.md)
 #   make fuzz   - libFuzzer build (clang, ASan/UBSan) + every fuzz target for FUZZ_SECONDS (60) each
 #   make simulated-gpus - the gpu-labelled tests on 1, 2 and 4 simulated GPUs (debug), and on 2
 #                 under ThreadSanitizer (MIRRORED_SIMULATED_GPUS; see docs/gpu.md)
@@ -22,7 +24,7 @@
 JOBS ?= 2
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps demo test asan tsan simulated-gpus fuzz cuda cuda-debug bench bench-report interop clean
+.PHONY: all deps demo test slow asan tsan simulated-gpus fuzz cuda cuda-debug bench bench-report interop clean
 
 all: test
 
@@ -39,6 +41,11 @@ test: deps
 	cmake --preset debug
 	cmake --build --preset debug -j$(JOBS)
 	ctest --preset debug
+
+slow: deps
+	cmake --preset debug
+	cmake --build --preset debug -j$(JOBS)
+	ctest --preset slow
 
 asan: deps
 	cmake --preset asan
