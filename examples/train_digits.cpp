@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -39,6 +40,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -245,21 +247,31 @@ void show(const digits::EpochReport& r, int epochs, bool tty) {
   }
 }
 
-// Test hook (tests/digits/test_checkpoint_resume.cpp): MIRRORED_TEST_RAISE_AT_STEP="STEP:SIGNAL[:WORKER]"
+// Test hook (tests/cluster/test_resume.cpp): MIRRORED_TEST_RAISE_AT_STEP="STEP:SIGNAL[:WORKER[:DELAY_US]]"
 // makes this process (worker WORKER of a multi-worker job, default 0) send itself SIGNAL (TERM or
-// KILL) after step STEP of the first run of the job (MIRRORED_RESTART_COUNT unset or 0): a
-// preemption or a crash at a chosen step. Ignored when unset.
+// KILL) after step STEP of the first run of the job (MIRRORED_RESTART_COUNT unset or 0), or
+// DELAY_US microseconds later, from another thread (a moment inside a later step or a save): a
+// preemption or a crash at a chosen point. Ignored when unset.
 std::function<void(int64_t)> raise_at_step_hook(int worker_index) {
   const char* spec = std::getenv("MIRRORED_TEST_RAISE_AT_STEP");
   const char* restarts = std::getenv("MIRRORED_RESTART_COUNT");
   if (!spec || (restarts && std::string(restarts) != "0")) return {};
-  long long step = 0;
+  long long step = 0, delay_us = 0;
   char sig[8] = {};
   int worker = 0;
-  if (std::sscanf(spec, "%lld:%7[A-Z]:%d", &step, sig, &worker) < 2 || worker != worker_index) return {};
+  if (std::sscanf(spec, "%lld:%7[A-Z]:%d:%lld", &step, sig, &worker, &delay_us) < 2 || worker != worker_index)
+    return {};
   const int signal = std::string(sig) == "KILL" ? SIGKILL : SIGTERM;
-  return [step, signal](int64_t done) {
-    if (done == step) ::kill(::getpid(), signal);
+  return [step, signal, delay_us](int64_t done) {
+    if (done != step) return;
+    if (delay_us <= 0) {
+      ::kill(::getpid(), signal);
+      return;
+    }
+    std::thread([signal, delay_us] {
+      std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+      ::kill(::getpid(), signal);
+    }).detach();
   };
 }
 
