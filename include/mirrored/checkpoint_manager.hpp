@@ -14,8 +14,11 @@
 ///                                       all_model_checkpoint_paths: "ckpt-10.safetensors"
 ///                                       all_model_checkpoint_paths: "ckpt-12.safetensors"
 ///                                   the kept checkpoints, oldest first, the newest first named
-///     DIR/checkpoint.lock           present while a save runs (and after a crashed one)
-///     DIR/*.tmp.<random>, *.lock    temporary files of a save in progress or a crashed one
+///     DIR/*.tmp.<random>            temporary files of a save in progress or a crashed one
+///
+/// A save holds a `flock` on the directory itself (one save of a directory at a time, across
+/// processes; no lock file to create or remove), so every temporary file it finds belongs to a
+/// crashed save and is removed (as are lock files of earlier versions, `*.lock`).
 ///
 /// Names inside a checkpoint file: a variable's tensor is the name it is tracked under;
 /// an optimizer tracked as `opt` stores `opt/<variable name>/<slot>` for every slot of every
@@ -122,6 +125,7 @@ class CheckpointManager {
   /// `max_to_keep` < 1.
   CheckpointManager(Strategy& strategy, std::string directory, int max_to_keep = 5,
                     CheckpointManagerOptions options = {});
+  ~CheckpointManager();
   CheckpointManager(const CheckpointManager&) = delete;
   CheckpointManager& operator=(const CheckpointManager&) = delete;
 
@@ -200,10 +204,19 @@ class CheckpointManager {
   [[noreturn]] static void throw_untracked_slot(const std::string& optimizer, const std::string& slot_variable,
                                                 const char* op);
 
+  /// The directory, opened (and created) by the first save of the chief: what a save locks.
+  /// Reopened when the directory at `directory_` is no longer the one it refers to.
+  int directory_fd(const std::string& who);
+
   Strategy& strategy_;
   std::string directory_;
   int max_to_keep_;
   CheckpointManagerOptions options_;
+  int dir_fd_ = -1;
+  // The index this manager wrote last (its kept names, oldest first) and the inode it was renamed
+  // from: while the index file is that inode, the next save need not read it back.
+  std::vector<std::string> index_cache_;
+  unsigned long long index_inode_ = 0;
   std::map<std::string, detail::CheckpointTrackable> tracked_;  // saved and restored in name order
   std::map<std::string, TrackedVariable> variables_;
   Metadata metadata_;

@@ -4,6 +4,8 @@
 #include "mirrored/checkpoint_manager.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -57,8 +59,13 @@ std::optional<int64_t> step_of(std::string_view name) {
   return step;
 }
 
-/// A stray file of a crashed save: `ckpt-<n>.safetensors.tmp.<suffix>` or `ckpt-<n>.safetensors.lock`.
+/// A stray file of a crashed save: `ckpt-<n>.safetensors.tmp.<suffix>`, `checkpoint.tmp.<suffix>`,
+/// or the lock files earlier versions made (`ckpt-<n>.safetensors.lock`, `checkpoint.lock`).
 bool is_stray(std::string_view name) {
+  if (name.substr(0, kIndexName.size()) == kIndexName) {
+    const std::string_view rest = name.substr(kIndexName.size());
+    return rest == ".lock" || (rest.size() > 5 && rest.substr(0, 5) == ".tmp.");
+  }
   const auto end = name.find(kDataSuffix);
   if (end == std::string_view::npos || !step_of(name.substr(0, end + kDataSuffix.size()))) return false;
   const std::string_view rest = name.substr(end + kDataSuffix.size());
@@ -231,6 +238,30 @@ CheckpointManager::CheckpointManager(Strategy& strategy, std::string directory, 
   while (directory_.size() > 1 && directory_.back() == '/') directory_.pop_back();
 }
 
+CheckpointManager::~CheckpointManager() {
+  if (dir_fd_ >= 0) ::close(dir_fd_);
+}
+
+int CheckpointManager::directory_fd(const std::string& who) {
+  struct stat by_name {};
+  if (dir_fd_ >= 0) {
+    struct stat by_fd {};
+    if (::stat(directory_.c_str(), &by_name) == 0 && ::fstat(dir_fd_, &by_fd) == 0 &&
+        by_name.st_ino == by_fd.st_ino && by_name.st_dev == by_fd.st_dev)
+      return dir_fd_;
+    ::close(dir_fd_);  // removed or replaced since: lock and write the one there now
+    dir_fd_ = -1;
+    index_cache_.clear();
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(directory_, ec);
+  if (ec) detail::throw_file_error(who, "creating directory", directory_, ec.value());
+  const int fd = ::open(directory_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) detail::throw_file_error(who, "opening directory", directory_, errno);
+  dir_fd_ = fd;
+  return dir_fd_;
+}
+
 void CheckpointManager::add(const std::string& name, detail::CheckpointTrackable t) {
   MIRRORED_ENFORCE(!name.empty(), InvalidArgumentError, "CheckpointManager('", directory_, "').track: empty name");
   MIRRORED_ENFORCE(tracked_.count(name) == 0, InvalidArgumentError, "CheckpointManager('", directory_,
@@ -372,20 +403,34 @@ std::string CheckpointManager::save(int64_t step) {
   std::exception_ptr failure;
   if (strategy_.extended().should_checkpoint()) {
     try {
-      std::error_code ec;
-      std::filesystem::create_directories(directory_, ec);
-      if (ec) detail::throw_file_error(who, "creating directory", directory_, ec.value());
-      // The index's writer holds DIR/checkpoint.lock for the whole save: one save of the
-      // directory at a time, so every temporary file present now is a crashed save's, and the
-      // data file needs no lock of its own.
-      detail::AtomicFileWriter index_file(directory_ + "/" + std::string(mf::kIndexName), who);
+      // One save of the directory at a time: a lock on the directory itself, so every temporary
+      // file present now is a crashed save's, and the files this save writes need no lock of
+      // their own.
+      const int dir_fd = directory_fd(who);
+      struct DirectoryLock {
+        int fd;
+        ~DirectoryLock() { ::flock(fd, LOCK_UN); }
+      };
+      while (::flock(dir_fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EINTR) continue;
+        if (errno == EWOULDBLOCK)
+          throw FailedPreconditionError(str_cat(who, "another save to this directory is in progress"));
+        detail::throw_file_error(who, "locking directory", directory_, errno);
+      }
+      const DirectoryLock locked{dir_fd};
+      const std::string index_path = directory_ + "/" + std::string(mf::kIndexName);
       mf::Index index;
-      if (auto previous = mf::read_index(directory_, who)) {
+      struct stat index_stat {};
+      if (!index_cache_.empty() && ::stat(index_path.c_str(), &index_stat) == 0 &&
+          static_cast<unsigned long long>(index_stat.st_ino) == index_inode_) {
+        index.kept = index_cache_;  // the index this manager wrote last is still the one there
+      } else if (auto previous = mf::read_index(directory_, who)) {
         index = std::move(*previous);
       } else {
         const auto files = mf::scan(directory_);
         for (auto it = files.rbegin(); it != files.rend(); ++it) index.kept.push_back(it->second);
       }
+      index_cache_.clear();
       // The data file is fsynced before its rename, so no machine crash leaves a partial file
       // under a checkpoint's name; the index is not (a hint: a truncated or lost one makes
       // latest_checkpoint scan the directory).
@@ -395,13 +440,22 @@ std::string CheckpointManager::save(int64_t step) {
       index.kept.push_back(name);
       if (index.kept.size() > static_cast<std::size_t>(max_to_keep_))
         index.kept.erase(index.kept.begin(), index.kept.end() - max_to_keep_);
-      mf::write_all_fd(index_file.fd(), mf::format_index(index), who, index_file.temp_path());
-      index_file.commit(/*sync_file=*/false, /*sync_directory=*/false);
+      {
+        detail::AtomicFileWriter index_file(index_path, who, detail::AtomicFileWriter::Locking::held_by_caller);
+        mf::write_all_fd(index_file.fd(), mf::format_index(index), who, index_file.temp_path());
+        struct stat written {};
+        const bool known = ::fstat(index_file.fd(), &written) == 0;
+        index_file.commit(/*sync_file=*/false, /*sync_directory=*/false);
+        if (known) {
+          index_cache_ = index.kept;
+          index_inode_ = static_cast<unsigned long long>(written.st_ino);
+        }
+      }
       // One directory fsync for both renames: the checkpoint survives a machine crash from here on.
       if (options_.sync_directory) detail::AtomicFileWriter::sync_directory(who, directory_);
-      // One pass over the directory, still under the lock: what crashed saves left (temporary
-      // and lock files; none is this save's, whose files are renamed by now), and the data files
-      // the index no longer keeps (older ones, and any a crash left unindexed).
+      // One pass over the directory: what crashed saves left (temporary files; none is this
+      // save's, whose files are renamed by now), and the data files the index no longer keeps
+      // (older ones, and any a crash left unindexed).
       if (DIR* d = ::opendir(directory_.c_str())) {
         while (const dirent* e = ::readdir(d)) {
           const std::string_view file = e->d_name;
