@@ -47,5 +47,7 @@ inline CommunicationOptions options(double timeout) {
 int compression(const Args& a);
 /// The scenario "checkpoint" (mw_checkpoint.cpp): CheckpointManager's save and restore across workers.
 int checkpoint_scenario(const Args& a);
+/// The scenario "uneven" (mw_uneven.cpp): uneven input across workers ends together.
+int uneven_scenario(const Args& a);
 
 }  // namespace mirrored::mw
