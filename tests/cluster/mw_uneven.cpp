@@ -158,4 +158,37 @@ int uneven_scenario(const Args& a) {
   return g_failures ? 1 : 0;
 }
 
+// The victim's input pipeline throws at global batch `step`: the victim gets its error (with its
+// type) from the iterator, and the other workers, waiting in the step's agreement or collectives,
+// get AbortedError naming the victim and its error, long before their deadline (DeadlineExceeded).
+int uneven_failure_scenario(const Args& a) {
+  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  const int rank = s.extended().worker_index();
+  const int64_t n = s.num_replicas_in_sync(), victim = a.victim, at = a.step;
+  const auto ds = data::range(100 * n).batch(n).map([rank, victim, at, n](const Tensor<int64_t>& t) {
+    if (rank == victim && t.to_vector()[0] == at * n) throw std::runtime_error("boom in the input pipeline");
+    return t;
+  });
+  int steps = 0;
+  try {
+    for (const auto& step : s.experimental_distribute_dataset(ds)) {
+      s.run([](const Tensor<int64_t>&) { get_replica_context()->all_reduce(ReduceOp::SUM, 1.0f); }, step);
+      ++steps;
+    }
+    std::cout << "the pass ended without an error" << std::endl;
+    return 3;
+  } catch (const AbortedError& e) {
+    std::cout << "AbortedError after " << steps << " steps: " << e.what() << std::endl;
+    CHECK(rank != victim, "the victim got AbortedError");
+    CHECK(std::string(e.what()).find(detail::str_cat("worker ", victim, " (")) != std::string::npos, "");
+    CHECK(std::string(e.what()).find("boom in the input pipeline") != std::string::npos, "");
+  } catch (const std::runtime_error& e) {  // the map function's, with its type (AbortedError is one too)
+    std::cout << "worker " << rank << " threw after " << steps << " steps: " << e.what() << std::endl;
+    CHECK(rank == victim, "a worker other than the victim got the pipeline's error");
+    CHECK(steps == a.step, steps);
+  }
+  if (g_failures == 0) std::cout << "OK worker " << rank << std::endl;
+  return g_failures ? 1 : 0;
+}
+
 }  // namespace mirrored::mw

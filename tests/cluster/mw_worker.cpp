@@ -8,7 +8,8 @@
 // Scenarios: collectives, ring (all-reduces of uneven sizes), compression (mw_compression.cpp), mismatch, kill
 // (worker K kills itself at step N), stop (worker K stops itself), never_join (expects the start-up to fail),
 // leave_early (worker K leaves after N steps), checkpoint (mw_checkpoint.cpp; needs $MW_CHECKPOINT_DIR),
-// uneven (mw_uneven.cpp: uneven input ends together), hello (prints and exits).
+// uneven (mw_uneven.cpp: uneven input ends together), uneven_failure (worker K's input pipeline throws at
+// step N), hello (prints and exits).
 #include <signal.h>
 #include <unistd.h>
 
@@ -573,6 +574,7 @@ int main(int argc, char** argv) {
     if (a.scenario == "compression") return compression(a);
     if (a.scenario == "checkpoint") return checkpoint_scenario(a);
     if (a.scenario == "uneven") return uneven_scenario(a);
+    if (a.scenario == "uneven_failure") return uneven_failure_scenario(a);
     if (a.scenario == "kill") return fault(a, true);
     if (a.scenario == "stop") return fault(a, false);
     if (a.scenario == "never_join") return never_join(a);

@@ -49,5 +49,7 @@ int compression(const Args& a);
 int checkpoint_scenario(const Args& a);
 /// The scenario "uneven" (mw_uneven.cpp): uneven input across workers ends together.
 int uneven_scenario(const Args& a);
+/// The scenario "uneven_failure" (mw_uneven.cpp): worker K's input pipeline throws at step N.
+int uneven_failure_scenario(const Args& a);
 
 }  // namespace mirrored::mw

@@ -43,5 +43,18 @@ INSTANTIATE_TEST_SUITE_P(Clusters, UnevenInput,
                                   "Replicas" + (info.param.shm ? "SharedMemory" : "Tcp");
                          });
 
+// A worker whose input pipeline fails: it gets the error; the others, which would wait for its
+// next step's agreement, get AbortedError naming it instead of waiting for their deadline.
+TEST(UnevenInputFailure, AWorkersPipelineErrorAbortsTheOthers) {
+  Job job(3, {0, 1, 2}, {MIRRORED_MW_WORKER, "uneven_failure", "--victim", "1", "--step", "2", "--timeout", "300"},
+          {{"MIRRORED_SHARED_MEMORY", "0"}});
+  ASSERT_TRUE(job.wait(120)) << job.outputs();
+  for (int w = 0; w < 3; ++w) {
+    EXPECT_EQ(job.code(w), 0) << job.outputs();
+    EXPECT_THAT(job.output(w), HasSubstr("OK worker " + std::to_string(w))) << job.outputs();
+  }
+  EXPECT_THAT(job.output(1), HasSubstr("worker 1 threw after 2 steps: boom in the input pipeline"));
+}
+
 }  // namespace uneven_input_test
 }  // namespace mirrored
