@@ -191,4 +191,32 @@ int uneven_failure_scenario(const Args& a) {
   return g_failures ? 1 : 0;
 }
 
+// Worker 0 takes a step of a distributed dataset while the others all-reduce: every worker gets
+// the same FailedPreconditionError naming both calls (no hang), and the strategy stays usable.
+int uneven_mismatch_scenario(const Args& a) {
+  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  const int rank = s.extended().worker_index();
+  const auto dist = s.experimental_distribute_dataset(data::range(8).batch(4));
+  try {
+    if (rank == 0) {
+      auto it = dist.begin();
+      it.get_next();
+    } else {
+      s.run([] { get_replica_context()->all_reduce(ReduceOp::SUM, 1.0f); });
+    }
+    std::cout << "no error for different calls" << std::endl;
+    return 3;
+  } catch (const FailedPreconditionError& e) {
+    std::cout << "FailedPreconditionError: " << e.what() << std::endl;
+    const std::string m = e.what();
+    CHECK(m.find("DistributedIterator get_next: another step") != std::string::npos, "");
+    CHECK(m.find("all_reduce") != std::string::npos, "");
+    CHECK(m.find("different number of collective calls") != std::string::npos, "");
+  }
+  const float sum = s.reduce(ReduceOp::SUM, s.run([] { return 1.0f; }), std::nullopt);
+  CHECK(sum == static_cast<float>(s.num_replicas_in_sync()), sum);
+  if (g_failures == 0) std::cout << "OK worker " << rank << std::endl;
+  return g_failures ? 1 : 0;
+}
+
 }  // namespace mirrored::mw

@@ -56,5 +56,20 @@ TEST(UnevenInputFailure, AWorkersPipelineErrorAbortsTheOthers) {
   EXPECT_THAT(job.output(1), HasSubstr("worker 1 threw after 2 steps: boom in the input pipeline"));
 }
 
+// The agreement is checked like every collective: a worker taking a step while the others
+// all-reduce fails on every worker with the same error, and the strategy stays usable.
+TEST(UnevenInputMismatch, AStepAgainstAnAllReduceFailsEveryWorker) {
+  for (int workers : {2, 3}) {
+    std::vector<int> ranks;
+    for (int r = 0; r < workers; ++r) ranks.push_back(r);
+    Job job(workers, ranks, {MIRRORED_MW_WORKER, "uneven_mismatch"}, {{"MIRRORED_SHARED_MEMORY", "0"}});
+    ASSERT_TRUE(job.wait(120)) << job.outputs();
+    for (int w = 0; w < workers; ++w) {
+      EXPECT_EQ(job.code(w), 0) << job.outputs();
+      EXPECT_THAT(job.output(w), HasSubstr("OK worker " + std::to_string(w))) << job.outputs();
+    }
+  }
+}
+
 }  // namespace uneven_input_test
 }  // namespace mirrored
