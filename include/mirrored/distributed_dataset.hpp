@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <iterator>
 #include <memory>
@@ -31,6 +32,31 @@ class DistributedDataset;
 
 namespace data::detail {
 
+/// How the input workers of a multi-worker strategy agree, step by step, on the end of their
+/// input (TF's rule for several workers: a worker whose data has ended gets empty batches until
+/// every worker's has). Given by the strategy, which owns the cross-worker path (the data layer
+/// sits below it); empty with one worker, where nothing is exchanged.
+struct InputAgreement {
+  /// Collective across the workers, on the caller's thread: how many workers have another step
+  /// (`mine`: whether this worker has). \throws what a cross-worker collective throws.
+  std::function<int(bool mine)> count_with_input;
+  /// This worker's pipeline failed: the others, which wait in `count_with_input`, are told.
+  std::function<void(const std::exception_ptr&)> input_failed;
+  explicit operator bool() const noexcept { return static_cast<bool>(count_with_input); }
+};
+
+/// False when a component of `spec` has rank 0: no empty batch can stand in for such elements.
+bool paddable(const std::vector<TensorSpec>& spec);
+/// The components of an empty (0-row) batch, on `dst`, standing in for a step of a worker whose
+/// input has ended (`paddable(spec)`): the dtypes and the dimensions after the first of `spec`;
+/// a dimension (or rank) the spec leaves unknown is taken from `seen` (the shapes of this
+/// worker's last element; empty when it had none), else 0 (TF's dummy batches do the same).
+std::vector<UntypedTensor> empty_batch(const std::vector<TensorSpec>& spec, const std::vector<Shape>& seen,
+                                       const Device& dst);
+/// Warns (once per pass) that worker `worker_index` dropped a step because another worker's input
+/// ended and its elements have rank 0 (no empty batch can stand in for them).
+void warn_dropped_worker_step(int worker_index);
+
 /// Everything a distributed dataset needs to start a pass; shared by its copies and iterators.
 template <class E>
 struct DistributedState {
@@ -44,6 +70,11 @@ struct DistributedState {
   int num_workers = 1, worker_index = 0;
   std::string distribution;           // the entry point and the split parameters
   std::vector<NodePtr<E>> pipelines;  // the datasets read, in order
+  // Several workers: the end-of-input agreement, and where empty batches go (replica r's device
+  // when fetching to devices, else the host).
+  InputAgreement agreement;
+  std::vector<Device> devices;
+  bool fetch_to_device = true;
 };
 
 /// \throws InvalidArgumentError for a negative buffer size, or PER_REPLICA when `from_function`
@@ -82,7 +113,7 @@ std::vector<TensorSpec> per_replica_spec(std::vector<TensorSpec> spec, const Gra
 /// (N = W*R replicas in sync); this process is `worker_index`. Strategies with one worker pass (1, 0).
 template <class E>
 DistributedDataset<E> distribute_dataset(const Dataset<E>& ds, std::vector<Device> devices, int num_workers,
-                                         int worker_index, const InputOptions& o) {
+                                         int worker_index, const InputOptions& o, InputAgreement agreement = {}) {
   check_input_options(o, false);
   check_workers(num_workers, worker_index, devices.size());
   const NodePtr<E>& node = ds.node();
@@ -110,6 +141,9 @@ DistributedDataset<E> distribute_dataset(const Dataset<E>& ds, std::vector<Devic
       ", keep_own_slices=", plan.keep_own_slices, ", shard_files=", shard.ctx.shard_files,
       ", shard_hint=", shard.ctx.shard_hint, ", fetch_to_device=", plan.fetch_to_device, ")");
   state->pipelines = {node};
+  if (num_workers > 1) state->agreement = std::move(agreement);
+  state->devices = plan.devices;
+  state->fetch_to_device = plan.fetch_to_device;
   state->open = [node, ctx = shard.ctx, plan](std::stop_token stop) -> typename DistributedState<E>::Source {
     OpenContext pass = ctx;
     pass.stop = std::move(stop);
@@ -135,7 +169,7 @@ inline constexpr bool is_dataset_v<Dataset<E>> = true;
 /// `InputContext(N, worker_index * R + r, N)`.
 template <class Fn>
 auto distribute_datasets_from_function(Fn& fn, std::vector<Device> devices, int num_workers, int worker_index,
-                                       const InputOptions& o) {
+                                       const InputOptions& o, InputAgreement agreement = {}) {
   using DS = std::decay_t<std::invoke_result_t<Fn&, const InputContext&>>;
   static_assert(is_dataset_v<DS>, "distribute_datasets_from_function: the function must return a data::Dataset");
   using E = typename DS::element_type;
@@ -159,6 +193,9 @@ auto distribute_datasets_from_function(Fn& fn, std::vector<Device> devices, int 
       "distribute_datasets_from_function(replication_mode=", static_cast<int>(o.experimental_replication_mode),
       ", fetch_to_device=", o.experimental_fetch_to_device, ")");
   state->pipelines = nodes;
+  if (num_workers > 1) state->agreement = std::move(agreement);
+  state->devices = devices;
+  state->fetch_to_device = o.experimental_fetch_to_device;
   state->restore = [nodes, devices, fetch = o.experimental_fetch_to_device](std::stop_token stop, StateReader& r) ->
       typename DistributedState<E>::Source {
         OpenContext pass;
@@ -197,6 +234,18 @@ auto distribute_datasets_from_function(Fn& fn, std::vector<Device> devices, int 
 /// pipeline's state holds. A state records the number of input workers, this worker's index,
 /// the local replicas and the replicas in sync, and the pipeline; restoring it anywhere else is
 /// refused.
+///
+/// Several input workers (`MultiWorkerMirroredStrategy`): the workers end together, by TF's rule
+/// for uneven input. Each step (each call that takes one: `get_next`, `get_next_as_optional`,
+/// `*it`, `it == end`) the workers agree, in one cross-worker exchange on the caller's thread,
+/// whether any of them has another step; a worker whose input has ended gets a step of empty
+/// batches (0 rows, the other dimensions and dtypes of the per-replica element spec) until every
+/// worker's has, so every worker runs the same number of steps and the loop ends on all of them
+/// at once. Hence every worker takes its steps at the same points of its sequence of collectives
+/// (as a training loop does), and never from inside `run`. Where the elements have rank 0 (no
+/// empty batch can stand in), the iteration ends on every worker when the first worker's input
+/// ends, and the others' remaining steps are dropped with a warning. A saved state records
+/// whether the workers had agreed on the end.
 template <class E>
 class DistributedIterator {
  public:
@@ -275,6 +324,7 @@ class DistributedIterator {
     if (looked) data::detail::write_step(pass, current_->values());
     for (const auto& step : ready_) data::detail::write_step(pass, step);
     for (const auto& step : queued) data::detail::write_step(pass, *step);
+    pass.boolean(ended_);
     pass.boolean(source_ != nullptr);
     if (source_) source_->save(pass);
 
@@ -313,7 +363,10 @@ class DistributedIterator {
     const uint64_t n = pr.count(-1, 8, "steps not yet taken");
     std::vector<std::vector<E>> ready;
     for (uint64_t i = 0; i < n; ++i) ready.push_back(data::detail::read_step<E>(pr, state_->num_local_replicas));
+    const bool ended = pr.boolean();
+    pr.check(!ended || n == 0, "steps to take after the workers agreed on the end");
     const bool active = pr.boolean();
+    pr.check(!ended || !active, "an open pass after the workers agreed on the end");
 
     // The pass being replaced is paused until it is gone (its threads could open passes of a
     // shuffle, counting them, while the counters are set); one that has failed is simply gone.
@@ -337,6 +390,7 @@ class DistributedIterator {
       } else {
         pr.expect_end();
         fresh = DistributedIterator(state_, nullptr, std::move(ready), {});
+        fresh.ended_ = ended;
       }
     } catch (...) {
       set_all_counters(before, r);
@@ -421,6 +475,7 @@ class DistributedIterator {
   }
 
   std::optional<PerReplica<E>> pull() const {
+    if (ended_) return std::nullopt;  // every worker's input has ended: nothing more to agree on
     std::optional<std::vector<E>> step;
     try {
       if (prefetcher_) {
@@ -433,13 +488,41 @@ class DistributedIterator {
       }
     } catch (...) {
       finish();
+      if (state_->agreement) state_->agreement.input_failed(std::current_exception());
       throw;
     }
-    if (!step) {
-      finish();
+    if (!step) finish();
+    if (state_->agreement) return agree(std::move(step));
+    if (!step) return std::nullopt;
+    return PerReplica<E>(std::move(*step));
+  }
+  // Several workers: this worker's next step (nullopt: its input has ended) becomes the step of
+  // TF's rule, after the workers' exchange (one per step, on the caller's thread, so that it
+  // falls at the same point of every worker's sequence of collectives; the background thread
+  // only reads ahead locally).
+  std::optional<PerReplica<E>> agree(std::optional<std::vector<E>> step) const {
+    const int with_input = state_->agreement.count_with_input(step.has_value());
+    // Decided from what every worker knows alike (the count and the spec).
+    if (with_input == 0 || (with_input < state_->num_workers && !data::detail::paddable(state_->replica_spec))) {
+      if (step) {
+        data::detail::warn_dropped_worker_step(state_->worker_index);
+        finish();
+      }
+      ended_ = true;
       return std::nullopt;
     }
-    return PerReplica<E>(std::move(*step));
+    if (step) {
+      seen_.clear();
+      for (const data::detail::UntypedTensor& t : data::detail::erase_element((*step)[0])) seen_.push_back(t.shape);
+      return PerReplica<E>(std::move(*step));
+    }
+    std::vector<E> empty;
+    empty.reserve(state_->num_local_replicas);
+    for (std::size_t r = 0; r < state_->num_local_replicas; ++r) {
+      const Device dst = state_->fetch_to_device ? state_->devices.at(r) : cpu0;
+      empty.push_back(data::detail::restore_element<E>(data::detail::empty_batch(state_->replica_spec, seen_, dst)));
+    }
+    return PerReplica<E>(std::move(empty));
   }
   void finish() const {
     prefetcher_.reset();  // stops and joins the background thread
@@ -459,6 +542,10 @@ class DistributedIterator {
   mutable std::deque<std::vector<E>> ready_;  // restored steps, when no thread hands them out
   mutable std::optional<PerReplica<E>> current_;
   mutable bool fetched_ = false;
+  // Several workers: every worker's input has ended (agreed), and the shapes of this worker's
+  // last element, which its empty batches follow where the spec leaves dimensions unknown.
+  mutable bool ended_ = false;
+  mutable std::vector<Shape> seen_;
 };
 
 /// A dataset distributed over a strategy's replicas (TF's `tf.distribute.DistributedDataset`).
@@ -491,16 +578,33 @@ class DistributedDataset {
 // ---------------------------------------------------------------------------------------------
 // Strategy methods (declared in strategy.hpp).
 
+namespace detail {
+/// The end-of-input agreement of `strategy`'s workers (empty with one worker).
+inline data::detail::InputAgreement input_agreement(Strategy& strategy) {
+  if (strategy.extended().num_workers() == 1) return {};
+  Strategy* s = &strategy;
+  return {[s, alive = strategy.weak_id()](bool mine) {
+            MIRRORED_ENFORCE(!alive.expired(), FailedPreconditionError,
+                             "DistributedIterator: the strategy of this distributed dataset was destroyed");
+            return count_workers_with_input(*s, mine);
+          },
+          [s, alive = strategy.weak_id()](const std::exception_ptr& error) {
+            if (!alive.expired()) input_failed(*s, error);
+          }};
+}
+}  // namespace detail
+
 template <class E>
 DistributedDataset<E> Strategy::experimental_distribute_dataset(data::Dataset<E> ds, InputOptions o) {
   return data::detail::distribute_dataset(ds, extended().worker_devices(), extended().num_workers(),
-                                          extended().worker_index(), o);
+                                          extended().worker_index(), o, detail::input_agreement(*this));
 }
 
 template <class Fn>
 auto Strategy::distribute_datasets_from_function(Fn dataset_fn, InputOptions o) {
   return data::detail::distribute_datasets_from_function(dataset_fn, extended().worker_devices(),
-                                                         extended().num_workers(), extended().worker_index(), o);
+                                                         extended().num_workers(), extended().worker_index(), o,
+                                                         detail::input_agreement(*this));
 }
 
 }  // namespace mirrored

@@ -4,6 +4,7 @@
 /// and the context functions (`get_strategy`, `get_replica_context`, …).
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -44,6 +45,14 @@ struct UntypedTensor;
 /// Multi-worker strategies: replaces `value` with the chief's (variables take the chief's initial
 /// values); nothing for single-process strategies. Collective across workers.
 void broadcast_initial_value(Strategy& strategy, UntypedTensor& value);
+/// Distributed iterators of several workers (distributed_dataset.hpp): how many of `strategy`'s
+/// workers have another input step (`mine`: this worker's answer), in one cross-worker exchange
+/// that every worker makes at the same point of its collectives. \throws FailedPreconditionError
+/// in replica context; what a cross-worker collective throws.
+int count_workers_with_input(Strategy& strategy, bool mine);
+/// This worker's input pipeline failed with `error`: the job fails, so that the other workers,
+/// waiting in `count_workers_with_input`, get AbortedError naming this worker at once.
+void input_failed(Strategy& strategy, const std::exception_ptr& error) noexcept;
 
 /// True while the calling thread runs a replica's function inside `Strategy::run` (for
 /// `Variable`'s constructor, which creates a variable per replica only there).
@@ -274,6 +283,8 @@ class Strategy {
   friend class StrategyExtended;
   friend class Scope;
   friend void detail::broadcast_initial_value(Strategy&, detail::UntypedTensor&);
+  friend int detail::count_workers_with_input(Strategy&, bool);
+  friend void detail::input_failed(Strategy&, const std::exception_ptr&) noexcept;
 
   using Body = void (*)(void* ctx, int replica);
   // Runs body(ctx, r) on every replica thread in replica context; rethrows the first failure.

@@ -124,6 +124,11 @@ class CollectivePlan {
   /// A variable's initial value: replaced by the chief's.
   void broadcast(UntypedTensor& value, const Deadline& deadline);
 
+  /// How many workers pass `mine` = true (WorkerStage::count_workers; `what` names the call).
+  int count_workers(const char* what, bool mine, const Deadline& deadline) {
+    return stage_->count_workers(what, mine, deadline);
+  }
+
   /// `error` ended a run of this worker (see WorkerStage::local_failure).
   void local_failure(const std::exception_ptr& error) noexcept { stage_->local_failure(error); }
 

@@ -83,6 +83,10 @@ class WorkerStage {
   /// Replaces `value` with the chief's (same dtype and shape on every worker, checked).
   virtual void broadcast(UntypedTensor& value, const Deadline& deadline) = 0;
 
+  /// Cross-replica context: how many workers pass `mine` = true (the distributed iterators'
+  /// end-of-input agreement; `what` names the call in the check that every worker makes it).
+  virtual int count_workers(const char* what, bool mine, const Deadline& deadline) = 0;
+
   /// `error` ended a `run` or a cross-replica call of this worker. Unless every worker raised it
   /// together (different calls, dtypes or shapes across workers), the other workers now wait in
   /// collectives this worker will not make: the job fails, and they get AbortedError naming this
@@ -91,8 +95,8 @@ class WorkerStage {
 };
 
 /// The stage of a strategy of one worker: there is nobody to reach, so `all_reduce` and
-/// `all_gather` are the local CrossDeviceOps', `agree`, `sum` and `broadcast` change nothing, and
-/// `gather` concatenates the local parts.
+/// `all_gather` are the local CrossDeviceOps', `agree`, `sum` and `broadcast` change nothing,
+/// `count_workers` counts this worker alone, and `gather` concatenates the local parts.
 class LocalStage final : public WorkerStage {
  public:
   int num_workers() const noexcept override { return 1; }
@@ -107,6 +111,7 @@ class LocalStage final : public WorkerStage {
   UntypedTensor gather(const std::vector<UntypedTensor>& local_parts, int axis, const Deadline& deadline,
                        const Parallel& parallel) override;
   void broadcast(UntypedTensor&, const Deadline&) override {}
+  int count_workers(const char*, bool mine, const Deadline&) override { return mine ? 1 : 0; }
   void local_failure(const std::exception_ptr&) noexcept override {}
 };
 

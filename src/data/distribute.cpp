@@ -149,4 +149,37 @@ void warn_dropped_partial_step(std::size_t have, std::size_t replicas) {
                "dropped (batch the datasets to keep every element)");
 }
 
+bool paddable(const std::vector<TensorSpec>& spec) {
+  for (const TensorSpec& s : spec)
+    if (s.known_rank && s.shape.empty()) return false;
+  return true;
+}
+
+std::vector<UntypedTensor> empty_batch(const std::vector<TensorSpec>& spec, const std::vector<Shape>& seen,
+                                       const Device& dst) {
+  std::vector<UntypedTensor> out;
+  out.reserve(spec.size());
+  for (std::size_t c = 0; c < spec.size(); ++c) {
+    const Shape* like = c < seen.size() && !seen[c].empty() ? &seen[c] : nullptr;
+    Shape shape;
+    if (spec[c].known_rank) {
+      shape = spec[c].shape;
+      for (std::size_t d = 1; d < shape.size(); ++d) {
+        if (shape[d] < 0) shape[d] = like && like->size() == shape.size() ? (*like)[d] : 0;
+      }
+    } else {
+      shape = like ? *like : Shape{0};
+    }
+    shape.at(0) = 0;  // paddable(spec): rank 1 at least
+    out.push_back(::mirrored::detail::make_untyped(spec[c].dtype, shape, dst));
+  }
+  return out;
+}
+
+void warn_dropped_worker_step(int worker_index) {
+  MIRRORED_LOG(warn, "distributed input: worker ", worker_index,
+               " dropped its remaining steps: another worker's input has ended and the elements have rank 0, so no "
+               "empty batch can stand in for them (batch the dataset to keep every element)");
+}
+
 }  // namespace mirrored::data::detail

@@ -64,6 +64,17 @@ namespace detail {
 void broadcast_initial_value(Strategy& strategy, UntypedTensor& value) {
   strategy.rt_->plan.broadcast(value, Deadline::after(strategy.extended().collective_timeout_seconds()));
 }
+
+int count_workers_with_input(Strategy& strategy, bool mine) {
+  strategy.require_cross_replica("DistributedIterator get_next",
+                                 "the distributed iterator's steps are taken in cross-replica context, outside run");
+  return strategy.rt_->plan.count_workers("DistributedIterator get_next", mine,
+                                          Deadline::after(strategy.extended().collective_timeout_seconds()));
+}
+
+void input_failed(Strategy& strategy, const std::exception_ptr& error) noexcept {
+  strategy.rt_->plan.local_failure(error);
+}
 }  // namespace detail
 
 // ---------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@
 // Scenarios: collectives, ring (all-reduces of uneven sizes), compression (mw_compression.cpp), mismatch, kill
 // (worker K kills itself at step N), stop (worker K stops itself), never_join (expects the start-up to fail),
 // leave_early (worker K leaves after N steps), checkpoint (mw_checkpoint.cpp; needs $MW_CHECKPOINT_DIR),
-// hello (prints and exits).
+// uneven (mw_uneven.cpp: uneven input ends together), uneven_failure (worker K's input pipeline throws at
+// step N), uneven_mismatch (worker 0 takes a step while the others all-reduce), hello (prints and exits).
 #include <signal.h>
 #include <unistd.h>
 
@@ -572,6 +573,9 @@ int main(int argc, char** argv) {
     if (a.scenario == "ring") return ring(a);
     if (a.scenario == "compression") return compression(a);
     if (a.scenario == "checkpoint") return checkpoint_scenario(a);
+    if (a.scenario == "uneven") return uneven_scenario(a);
+    if (a.scenario == "uneven_failure") return uneven_failure_scenario(a);
+    if (a.scenario == "uneven_mismatch") return uneven_mismatch_scenario(a);
     if (a.scenario == "kill") return fault(a, true);
     if (a.scenario == "stop") return fault(a, false);
     if (a.scenario == "never_join") return never_join(a);

@@ -47,5 +47,11 @@ inline CommunicationOptions options(double timeout) {
 int compression(const Args& a);
 /// The scenario "checkpoint" (mw_checkpoint.cpp): CheckpointManager's save and restore across workers.
 int checkpoint_scenario(const Args& a);
+/// The scenario "uneven" (mw_uneven.cpp): uneven input across workers ends together.
+int uneven_scenario(const Args& a);
+/// The scenario "uneven_failure" (mw_uneven.cpp): worker K's input pipeline throws at step N.
+int uneven_failure_scenario(const Args& a);
+/// The scenario "uneven_mismatch" (mw_uneven.cpp): worker 0 takes a step while the others all-reduce.
+int uneven_mismatch_scenario(const Args& a);
 
 }  // namespace mirrored::mw

@@ -57,6 +57,61 @@ std::optional<DType> wire_half(DType dtype, Compression compression) {
   return compression == Compression::FP16 ? DType::float16 : DType::bfloat16;
 }
 
+// What a worker's call looks like in the exchange that starts every cross-worker collective: the
+// hash and length of "op: signature".
+struct CallHeader {
+  uint64_t hash;
+  uint64_t size;
+  friend bool operator==(const CallHeader&, const CallHeader&) = default;
+};
+
+CallHeader header_of(const std::string& text) { return {fnv1a(text), text.size()}; }
+
+// Inside a collective: every worker's header of its call `text`, in rank order.
+std::vector<CallHeader> exchange_calls(Coordinator& c, const std::string& text, TimePoint deadline) {
+  const CallHeader mine = header_of(text);
+  std::vector<CallHeader> all(static_cast<std::size_t>(c.num_workers()));
+  c.transport().all_gather(&mine, all.data(), std::vector<std::size_t>(all.size(), sizeof(CallHeader)), deadline);
+  return all;
+}
+
+// The headers `all` show calls that differ: every worker fetches every call's text, so all of them
+// report the same thing — a worker whose op differs from the chief's first (different numbers or
+// orders of calls), else the first whose signature differs.
+[[noreturn]] void report_different_calls(Coordinator& c, const std::vector<CallHeader>& all, const std::string& text,
+                                         TimePoint deadline) {
+  std::vector<std::size_t> sizes;
+  std::size_t total = 0;
+  for (const auto& h : all) {
+    sizes.push_back(static_cast<std::size_t>(h.size));
+    total += sizes.back();
+  }
+  std::string texts(total, '\0');
+  c.transport().all_gather(text.data(), texts.data(), sizes, deadline);
+  std::vector<std::string> each;
+  std::size_t at = 0;
+  for (std::size_t s : sizes) {
+    each.push_back(texts.substr(at, s));
+    at += s;
+  }
+  const auto op_of = [](const std::string& t) { return t.substr(0, t.find(':')); };
+  const auto message = [&](std::size_t w) {
+    return str_cat("MultiWorkerMirroredStrategy: ", c.name(0), " called ", each[0], " but ",
+                   c.name(static_cast<int>(w)), " called ", each[w]);
+  };
+  for (std::size_t w = 1; w < each.size(); ++w) {
+    if (op_of(each[w]) != op_of(each[0])) {
+      throw WorkersFailedPrecondition(message(w) +
+                                      " (some workers made a different number of collective calls, or made them in "
+                                      "a different order)");
+    }
+  }
+  for (std::size_t w = 1; w < each.size(); ++w)
+    if (each[w] != each[0]) throw WorkersInvalidArgument(message(w));
+  throw WorkersFailedPrecondition(
+      str_cat("MultiWorkerMirroredStrategy: the workers' calls differ, but their descriptions match: ", each[0]));
+}
+
 // The cross-worker stage of a collective on the timeline: "cross_worker", its op and this worker's bytes.
 void trace_stage(timeline::Scope& trace, const char* op, const std::vector<UntypedTensor>& leaves,
                  Compression compression = Compression::NONE) {
@@ -157,47 +212,31 @@ Coordinator& MultiWorkerRuntime::coordinator() {
 }
 
 void MultiWorkerRuntime::check_same_call(const std::string& op, const std::string& signature, TimePoint deadline) {
-  Coordinator& c = coordinator();
-  const int w_count = c.num_workers();
   const std::string text = op + ": " + signature;
-  struct Header {
-    uint64_t hash;
-    uint64_t size;
-  } mine{fnv1a(text), text.size()};
-  std::vector<Header> all(static_cast<std::size_t>(w_count));
-  c.transport().all_gather(&mine, all.data(), std::vector<std::size_t>(all.size(), sizeof(Header)), deadline);
-  bool same = true;
-  for (const auto& h : all) same = same && h.hash == all[0].hash && h.size == all[0].size;
-  if (same) return;
-  // They differ: every worker fetches every description, so all of them report the same thing.
-  std::vector<std::size_t> sizes;
-  std::size_t total = 0;
-  for (const auto& h : all) {
-    sizes.push_back(static_cast<std::size_t>(h.size));
-    total += sizes.back();
-  }
-  std::string texts(total, '\0');
-  c.transport().all_gather(text.data(), texts.data(), sizes, deadline);
-  std::vector<std::string> each;
-  std::size_t at = 0;
-  for (std::size_t s : sizes) {
-    each.push_back(texts.substr(at, s));
-    at += s;
-  }
-  for (int w = 1; w < w_count; ++w) {
-    const std::string& a = each[0];
-    const std::string& b = each[static_cast<std::size_t>(w)];
-    if (a == b) continue;
-    const std::string op_a = a.substr(0, a.find(':')), op_b = b.substr(0, b.find(':'));
-    const std::string message =
-        str_cat("MultiWorkerMirroredStrategy: ", c.name(0), " called ", a, " but ", c.name(w), " called ", b);
-    if (op_a != op_b) {
-      throw WorkersFailedPrecondition(message +
-                                      " (some workers made a different number of collective calls, or made them in "
-                                      "a different order)");
+  const std::vector<CallHeader> all = exchange_calls(coordinator(), text, deadline);
+  for (const auto& h : all)
+    if (!(h == all[0])) report_different_calls(coordinator(), all, text, deadline);
+}
+
+int MultiWorkerRuntime::count_workers(const char* what, bool mine, const mirrored::Deadline& deadline) {
+  timeline::Scope trace("cross_worker", "collective");
+  if (trace.active()) trace.arg("op", what);
+  int count = 0;
+  coordinator().collective(what, deadline, [&](TimePoint d) {
+    // The answer rides in the exchange that starts every collective (the same-call check): a
+    // worker's call text carries its answer, so one 16-byte all-gather both checks that every
+    // worker makes this call and counts the answers.
+    const std::string yes = str_cat(what, ": another step"), no = str_cat(what, ": input ended");
+    const CallHeader has = header_of(yes), ended = header_of(no);
+    const std::vector<CallHeader> all = exchange_calls(coordinator(), mine ? yes : no, d);
+    for (const auto& h : all) {
+      if (h == has)
+        ++count;
+      else if (!(h == ended))
+        report_different_calls(coordinator(), all, mine ? yes : no, d);
     }
-    throw WorkersInvalidArgument(message);
-  }
+  });
+  return count;
 }
 
 void MultiWorkerRuntime::agree(const std::string& op, const std::function<std::string()>& signature,

@@ -45,6 +45,8 @@ class MultiWorkerRuntime : public WorkerStage {
   UntypedTensor gather(const std::vector<UntypedTensor>& local_parts, int axis, const Deadline& deadline,
                        const Parallel& parallel) override;
   void broadcast(UntypedTensor& value, const Deadline& deadline) override;
+  /// One 16-byte all-gather: the same-call check's exchange, carrying each worker's answer.
+  int count_workers(const char* what, bool mine, const Deadline& deadline) override;
   void local_failure(const std::exception_ptr& error) noexcept override;
 
   /// Leaves the job (goodbye and shutdown barrier); later calls fail. Idempotent.
