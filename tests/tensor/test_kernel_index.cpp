@@ -172,7 +172,7 @@ TEST(KernelIndex, WalksPastTwoToThe32) {
   const int64_t n = kTwo32 + 1;  // 256 full rounds, then 65537 elements
   const Walk first = walk_of_thread(n, 0);
   EXPECT_EQ(first.count, 257);
-  EXPECT_EQ(first.last, 4294901760);  // 256 * 16776960
+  EXPECT_EQ(first.last, 4294901760);          // 256 * 16776960
   const Walk top = walk_of_thread(n, 65536);  // index 2^32: 0 in 32 bits
   EXPECT_EQ(top.count, 257);
   EXPECT_EQ(top.first, 65536);
@@ -235,13 +235,30 @@ TEST(KernelIndex, VectorSplitOfTheFusedAllReduce) {
   };
   // Lanes of 16 bytes: 2 (float64, int64), 4 (float32, int32), 8 (float16, bfloat16), 16 (uint8).
   const Row rows[] = {
-      {0, 4, 0, 0},         {1, 4, 0, 0},           {31, 4, 7, 28},       {32, 4, 8, 32},
-      {33, 4, 8, 32},       {0, 2, 0, 0},           {1, 2, 0, 0},         {31, 2, 15, 30},
-      {32, 2, 16, 32},      {33, 2, 16, 32},        {1, 8, 0, 0},         {31, 8, 3, 24},
-      {32, 8, 4, 32},       {33, 8, 4, 32},         {1, 16, 0, 0},        {15, 16, 0, 0},
-      {31, 16, 1, 16},      {32, 16, 2, 32},        {33, 16, 2, 32},      {kTwo31 + 3, 4, 1 << 29, kTwo31},
-      {kTwo31 - 1, 2, (kTwo31 - 2) / 2, kTwo31 - 2}, {kTwo32 + 1, 16, 1 << 28, kTwo32},
-      {kTwo32 + 15, 16, 1 << 28, kTwo32},            {kTwo32 + 16, 16, (1 << 28) + 1, kTwo32 + 16},
+      {0, 4, 0, 0},
+      {1, 4, 0, 0},
+      {31, 4, 7, 28},
+      {32, 4, 8, 32},
+      {33, 4, 8, 32},
+      {0, 2, 0, 0},
+      {1, 2, 0, 0},
+      {31, 2, 15, 30},
+      {32, 2, 16, 32},
+      {33, 2, 16, 32},
+      {1, 8, 0, 0},
+      {31, 8, 3, 24},
+      {32, 8, 4, 32},
+      {33, 8, 4, 32},
+      {1, 16, 0, 0},
+      {15, 16, 0, 0},
+      {31, 16, 1, 16},
+      {32, 16, 2, 32},
+      {33, 16, 2, 32},
+      {kTwo31 + 3, 4, 1 << 29, kTwo31},
+      {kTwo31 - 1, 2, (kTwo31 - 2) / 2, kTwo31 - 2},
+      {kTwo32 + 1, 16, 1 << 28, kTwo32},
+      {kTwo32 + 15, 16, 1 << 28, kTwo32},
+      {kTwo32 + 16, 16, (1 << 28) + 1, kTwo32 + 16},
   };
   for (const Row& r : rows) {
     const VectorSplit s = vector_split(r.n, r.lanes);

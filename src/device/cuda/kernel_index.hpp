@@ -73,9 +73,7 @@ struct VectorSplit {
   int64_t tail_begin;
 };
 
-constexpr MIRRORED_HOST_DEVICE VectorSplit vector_split(int64_t n, int lanes) {
-  return {n / lanes, n / lanes * lanes};
-}
+constexpr MIRRORED_HOST_DEVICE VectorSplit vector_split(int64_t n, int lanes) { return {n / lanes, n / lanes * lanes}; }
 
 /// One launch of a sum of `k` inputs: inputs [first, first + count) are added, in order, to the
 /// running sum read from scratch (`accumulate`) or started by the first of them; the result goes

@@ -335,7 +335,7 @@ cudaError_t sum_axis(DType dtype, const void* in, int64_t outer, int64_t length,
   return with_dtype(dtype, [&](auto zero) {
     using T = decltype(zero);
     sum_axis_kernel<T><<<grid_blocks(outer * inner), kThreads, 0, stream>>>(static_cast<const T*>(in), outer, length,
-                                                                           inner, static_cast<T*>(out));
+                                                                            inner, static_cast<T*>(out));
     return cudaGetLastError();
   });
 }
