@@ -79,13 +79,13 @@ void CudaBackend::sum_n(DType dtype, const void* const* inputs, int num_inputs, 
   MIRRORED_ENFORCE(num_inputs >= 1, InternalError, "sum_n on ", logical_.short_name(), " with ", num_inputs, " inputs");
   CudaDeviceGuard guard(physical_, logical_);
   const cudaStream_t stream = lane_for_call().stream;
-  constexpr int kMax = cuda_kernels::kMaxSumInputs;
-  if (num_inputs <= kMax) {
+  const int launches = cuda_kernels::sum_chain_launches(num_inputs);
+  if (launches == 1) {
     check(cuda_kernels::sum_n(dtype, inputs, num_inputs, nullptr, out, count, stream), "sum_n kernel launch");
     return;
   }
-  // More inputs than one launch takes: accumulate into scratch, in order; the last launch writes
-  // `out` (which may alias an input, so it is written only once every input has been read).
+  // More inputs than one launch takes: a chain of launches accumulating into scratch, in order; the
+  // last writes `out` (which may alias an input, so it is written only once every input was read).
   const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
   void* scratch = allocator_.allocate(bytes, stream);
   struct Release {
@@ -93,14 +93,12 @@ void CudaBackend::sum_n(DType dtype, const void* const* inputs, int num_inputs, 
     void* p;
     ~Release() { a.deallocate(p); }  // stream-ordered: later users of the block come after
   } release{allocator_, scratch};
-  check(cuda_kernels::sum_n(dtype, inputs, kMax, nullptr, scratch, count, stream), "sum_n kernel launch");
-  int next = kMax;
-  while (num_inputs - next > kMax) {
-    check(cuda_kernels::sum_n(dtype, inputs + next, kMax, scratch, scratch, count, stream), "sum_n kernel launch");
-    next += kMax;
+  for (int j = 0; j < launches; ++j) {
+    const cuda_kernels::SumChainLink link = cuda_kernels::sum_chain_link(num_inputs, j);
+    check(cuda_kernels::sum_n(dtype, inputs + link.first, link.count, link.accumulate ? scratch : nullptr,
+                              link.last ? out : scratch, count, stream),
+          "sum_n kernel launch");
   }
-  check(cuda_kernels::sum_n(dtype, inputs + next, num_inputs - next, scratch, out, count, stream),
-        "sum_n kernel launch");
 }
 
 void CudaBackend::sum_axis(DType dtype, const void* in, int64_t outer, int64_t length, int64_t inner, void* out) {
@@ -132,13 +130,11 @@ void CudaBackend::apply_optimizer(DType dtype, const OptimizerUpdate& u, const U
   cuda_kernels::OptimizerScalars h{
       static_cast<int>(u.kind), u.learning_rate, u.momentum, u.beta_1, u.beta_2, u.epsilon, u.weight_decay};
   cuda_kernels::OptimizerSegments s{};
-  s.count = num_segments;
   for (int j = 0; j < num_segments; ++j) {
-    s.param[j] = segments[j].param;
-    s.grad[j] = segments[j].grad;
-    s.slot0[j] = segments[j].slot[0];
-    s.slot1[j] = segments[j].slot[1];
-    s.offset[j + 1] = s.offset[j] + segments[j].count;
+    const UpdateSegment& g = segments[j];
+    // Never refused: check_optimizer_arguments bounded num_segments by kMaxUpdateSegments.
+    MIRRORED_ENFORCE(cuda_kernels::add_segment(s, g.param, g.grad, g.slot[0], g.slot[1], g.count), InternalError,
+                     "apply_optimizer on ", where, ": segment ", j, " does not fit one launch");
   }
   CudaDeviceGuard guard(physical_, logical_);
   check(cuda_kernels::apply_optimizer(dtype, h, s, step_in, step_out, lane_for_call().stream),

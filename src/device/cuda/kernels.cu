@@ -18,16 +18,12 @@
 namespace mirrored::detail::cuda_kernels {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65535;
+// The index arithmetic (grid_blocks, for_each_index, ...) is kernel_index.hpp's, tested on the host.
 
-unsigned blocks_for(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
+// This thread's walk of the grid-stride loop.
+__device__ __forceinline__ GridStride this_thread() {
+  return grid_stride(blockIdx.x, blockDim.x, threadIdx.x, gridDim.x);
 }
-
-__device__ inline int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ inline int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 // The type a kernel computes `T` in, and the conversions to and from it.
 template <class T>
@@ -83,14 +79,14 @@ cudaError_t with_dtype(DType dtype, F&& f) {
 
 template <class T>
 __global__ void fill_kernel(T* dst, int64_t n, T value) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) dst[i] = value;
+  for_each_index(this_thread(), n, [&](int64_t i) { dst[i] = value; });
 }
 
 // --- binary -------------------------------------------------------------------------------------
 
 template <class T, int Op>
 __global__ void binary_kernel(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+  for_each_index(this_thread(), n, [&](int64_t i) {
     const C<T> x = up(a[i * sa]), y = up(b[i * sb]);
     if constexpr (Op == 0)
       out[i] = down<T>(static_cast<C<T>>(x + y));
@@ -100,27 +96,27 @@ __global__ void binary_kernel(const T* a, int64_t sa, const T* b, int64_t sb, T*
       out[i] = down<T>(static_cast<C<T>>(x * y));
     else
       out[i] = down<T>(static_cast<C<T>>(x / y));  // floating point only
-  }
+  });
 }
 
 template <class T>
 __global__ void int_div_kernel(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n,
                                unsigned long long* zero_at) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+  for_each_index(this_thread(), n, [&](int64_t i) {
     const T x = a[i * sa], y = b[i * sb];
     if (y == T(0)) {
       atomicMin(zero_at, static_cast<unsigned long long>(i));
       out[i] = T(0);
-      continue;
+      return;
     }
     if constexpr (std::is_signed_v<T>) {
       if (y == T(-1)) {  // MIN / -1 overflows; wrap like the host backend (and numpy)
         out[i] = static_cast<T>(-static_cast<std::make_unsigned_t<T>>(x));
-        continue;
+        return;
       }
     }
     out[i] = static_cast<T>(x / y);
-  }
+  });
 }
 
 // --- sums ---------------------------------------------------------------------------------------
@@ -132,7 +128,7 @@ struct Pointers {
 
 template <class T>
 __global__ void sum_n_kernel(Pointers<T> in, int k, const T* acc, T* out, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+  for_each_index(this_thread(), n, [&](int64_t i) {
     int first = 0;
     C<T> s;
     if (acc) {
@@ -143,34 +139,33 @@ __global__ void sum_n_kernel(Pointers<T> in, int k, const T* acc, T* out, int64_
     }
     for (int j = first; j < k; ++j) s = static_cast<C<T>>(s + up(in.p[j][i]));
     out[i] = down<T>(s);
-  }
+  });
 }
 
 template <class T>
 __global__ void sum_axis_kernel(const T* in, int64_t outer, int64_t length, int64_t inner, T* out) {
   const int64_t total = outer * inner;
-  for (int64_t idx = first_index(); idx < total; idx += grid_stride()) {
-    const int64_t o = idx / inner, i = idx % inner;
+  for_each_index(this_thread(), total, [&](int64_t idx) {
     C<T> s = C<T>(0);
-    const T* src = in + o * length * inner + i;
+    const T* src = in + sum_axis_source(idx, length, inner);
     for (int64_t l = 0; l < length; ++l) s = static_cast<C<T>>(s + up(src[l * inner]));
     out[idx] = down<T>(s);
-  }
+  });
 }
 
 template <class T>
 __global__ void divide_kernel(T* p, int64_t n, int64_t divisor) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+  for_each_index(this_thread(), n, [&](int64_t i) {
     if constexpr (std::is_floating_point_v<C<T>>)
       p[i] = down<T>(up(p[i]) / static_cast<C<T>>(divisor));
     else
       p[i] = static_cast<T>(p[i] / divisor);
-  }
+  });
 }
 
 template <class S, class D>
 __global__ void cast_kernel(const S* in, D* out, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = down<D>(static_cast<C<D>>(up(in[i])));
+  for_each_index(this_thread(), n, [&](int64_t i) { out[i] = down<D>(static_cast<C<D>>(up(in[i]))); });
 }
 
 template <class T>
@@ -189,7 +184,7 @@ struct alignas(16) Vec16 {
 template <class T>
 __global__ void all_reduce_fused_vec_kernel(FusedPointers<T> p, int k, int64_t nvec, int64_t mean_divisor) {
   using V = Vec16<T>;
-  for (int64_t i = first_index(); i < nvec; i += grid_stride()) {
+  for_each_index(this_thread(), nvec, [&](int64_t i) {
     const V first = reinterpret_cast<const V*>(p.in[0])[i];
     C<T> acc[V::kLanes];
 #pragma unroll
@@ -212,12 +207,12 @@ __global__ void all_reduce_fused_vec_kernel(FusedPointers<T> p, int k, int64_t n
 #pragma unroll
     for (int e = 0; e < V::kLanes; ++e) s.v[e] = down<T>(acc[e]);
     for (int j = 0; j < k; ++j) reinterpret_cast<V*>(p.out[j])[i] = s;
-  }
+  });
 }
 
 template <class T>
 __global__ void all_reduce_fused_kernel(FusedPointers<T> p, int k, int64_t n, int64_t mean_divisor) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+  for_each_index(this_thread(), n, [&](int64_t i) {
     C<T> acc = up(p.in[0][i]);
     for (int j = 1; j < k; ++j) acc = static_cast<C<T>>(acc + up(p.in[j][i]));
     if (mean_divisor > 0) {
@@ -228,7 +223,7 @@ __global__ void all_reduce_fused_kernel(FusedPointers<T> p, int k, int64_t n, in
     }
     const T s = down<T>(acc);
     for (int j = 0; j < k; ++j) p.out[j][i] = s;
-  }
+  });
 }
 
 // The fused optimizer update (the host's formulas, src/device/host/host_optimizer.cpp). nvcc contracts
@@ -248,15 +243,8 @@ __global__ void apply_optimizer_kernel(OptimizerScalars h, OptimizerSegments s, 
     wd = static_cast<T>(h.weight_decay);
   }
   const int64_t total = s.offset[s.count];
-  for (int64_t i = first_index(); i < total; i += grid_stride()) {
-    int lo = 0, hi = s.count - 1;  // the segment holding i: offset[lo] <= i < offset[lo + 1]
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (s.offset[mid] <= i)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
+  for_each_index(this_thread(), total, [&](int64_t i) {
+    const int lo = segment_of(s.offset, s.count, i);  // offset[lo] <= i < offset[lo + 1]
     const int64_t e = i - s.offset[lo];
     T* w = static_cast<T*>(s.param[lo]);
     const T g = static_cast<const T*>(s.grad[lo])[e];
@@ -291,7 +279,7 @@ __global__ void apply_optimizer_kernel(OptimizerScalars h, OptimizerSegments s, 
         break;
       }
     }
-  }
+  });
 }
 
 }  // namespace
@@ -301,7 +289,7 @@ cudaError_t fill(DType dtype, void* dst, int64_t n, const void* value, cudaStrea
     using T = decltype(zero);
     T v;
     std::memcpy(&v, value, sizeof(T));
-    fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(dst), n, v);
+    fill_kernel<T><<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<T*>(dst), n, v);
     return cudaGetLastError();
   });
 }
@@ -314,7 +302,7 @@ cudaError_t binary(Binary op, DType dtype, const void* a, bool a_scalar, const v
     const T* y = static_cast<const T*>(b);
     T* o = static_cast<T*>(out);
     const int64_t sa = a_scalar ? 0 : 1, sb = b_scalar ? 0 : 1;
-    const unsigned g = blocks_for(n);
+    const unsigned g = grid_blocks(n);
     switch (op) {
       case Binary::add: binary_kernel<T, 0><<<g, kThreads, 0, stream>>>(x, sa, y, sb, o, n); break;
       case Binary::sub: binary_kernel<T, 1><<<g, kThreads, 0, stream>>>(x, sa, y, sb, o, n); break;
@@ -337,7 +325,7 @@ cudaError_t sum_n(DType dtype, const void* const* in, int k, const void* acc, vo
     using T = decltype(zero);
     Pointers<T> p{};
     for (int j = 0; j < k; ++j) p.p[j] = static_cast<const T*>(in[j]);
-    sum_n_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(p, k, static_cast<const T*>(acc), static_cast<T*>(out), n);
+    sum_n_kernel<T><<<grid_blocks(n), kThreads, 0, stream>>>(p, k, static_cast<const T*>(acc), static_cast<T*>(out), n);
     return cudaGetLastError();
   });
 }
@@ -346,8 +334,8 @@ cudaError_t sum_axis(DType dtype, const void* in, int64_t outer, int64_t length,
                      cudaStream_t stream) {
   return with_dtype(dtype, [&](auto zero) {
     using T = decltype(zero);
-    sum_axis_kernel<T><<<blocks_for(outer * inner), kThreads, 0, stream>>>(static_cast<const T*>(in), outer, length,
-                                                                           inner, static_cast<T*>(out));
+    sum_axis_kernel<T><<<grid_blocks(outer * inner), kThreads, 0, stream>>>(static_cast<const T*>(in), outer, length,
+                                                                            inner, static_cast<T*>(out));
     return cudaGetLastError();
   });
 }
@@ -355,7 +343,7 @@ cudaError_t sum_axis(DType dtype, const void* in, int64_t outer, int64_t length,
 cudaError_t divide(DType dtype, void* inout, int64_t n, int64_t divisor, cudaStream_t stream) {
   return with_dtype(dtype, [&](auto zero) {
     using T = decltype(zero);
-    divide_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(inout), n, divisor);
+    divide_kernel<T><<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<T*>(inout), n, divisor);
     return cudaGetLastError();
   });
 }
@@ -365,7 +353,7 @@ cudaError_t cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, i
     using S = decltype(s);
     return with_dtype(dst_dtype, [&](auto d) {
       using D = decltype(d);
-      cast_kernel<S, D><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const S*>(src), static_cast<D*>(dst), n);
+      cast_kernel<S, D><<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<const S*>(src), static_cast<D*>(dst), n);
       return cudaGetLastError();
     });
   });
@@ -386,21 +374,21 @@ cudaError_t all_reduce_fused(DType dtype, const void* const* in, void* const* ou
     }
     int64_t done = 0;
     if (aligned) {  // tensors start at allocator blocks: always, in practice
-      constexpr int kLanes = Vec16<T>::kLanes;
-      const int64_t nvec = n / kLanes;
-      if (nvec > 0) {
-        all_reduce_fused_vec_kernel<T><<<blocks_for(nvec), kThreads, 0, stream>>>(p, k, nvec, mean_divisor);
+      const VectorSplit split = vector_split(n, Vec16<T>::kLanes);
+      if (split.vectors > 0) {
+        all_reduce_fused_vec_kernel<T>
+            <<<grid_blocks(split.vectors), kThreads, 0, stream>>>(p, k, split.vectors, mean_divisor);
         const cudaError_t err = cudaGetLastError();
         if (err != cudaSuccess) return err;
       }
-      done = nvec * kLanes;
+      done = split.tail_begin;
     }
     if (done == n) return cudaSuccess;
     for (int j = 0; j < k; ++j) {
       p.in[j] += done;
       p.out[j] += done;
     }
-    all_reduce_fused_kernel<T><<<blocks_for(n - done), kThreads, 0, stream>>>(p, k, n - done, mean_divisor);
+    all_reduce_fused_kernel<T><<<grid_blocks(n - done), kThreads, 0, stream>>>(p, k, n - done, mean_divisor);
     return cudaGetLastError();
   });
 }
@@ -409,7 +397,7 @@ cudaError_t apply_optimizer(DType dtype, const OptimizerScalars& h, const Optimi
                             const int64_t* step_in, int64_t* step_out, cudaStream_t stream) {
   if (segments.count < 0 || segments.count > kMaxOptimizerSegments || h.kind < 0 || h.kind > 4)
     return cudaErrorInvalidValue;
-  const unsigned g = blocks_for(segments.offset[segments.count]);
+  const unsigned g = grid_blocks(segments.offset[segments.count]);
   switch (dtype) {
     case DType::float32:
       apply_optimizer_kernel<float><<<g, kThreads, 0, stream>>>(h, segments, step_in, step_out);

@@ -7,12 +7,11 @@
 
 #include <cstdint>
 
+#include "device/cuda/kernel_index.hpp"
 #include "mirrored/dtype.hpp"
 
 namespace mirrored::detail::cuda_kernels {
 
-/// Inputs one sum_n launch takes (more are summed in several launches).
-inline constexpr int kMaxSumInputs = 32;
 /// Replicas the fused same-chip all-reduce takes.
 inline constexpr int kMaxFusedReplicas = 16;
 
@@ -28,7 +27,8 @@ cudaError_t binary(Binary op, DType dtype, const void* a, bool a_scalar, const v
                    int64_t n, unsigned long long* div_by_zero_index, cudaStream_t stream);
 
 /// `out[i] = ((start[i] + in[0][i]) + in[1][i]) + …` where `start` is `acc` when given, else
-/// `in[0]` (then the sum runs over in[1..k-1]). `k` <= kMaxSumInputs. `out` may alias any input.
+/// `in[0]` (then the sum runs over in[1..k-1]). `k` <= kMaxSumInputs (kernel_index.hpp: more are
+/// chained, sum_chain_link). `out` may alias any input.
 cudaError_t sum_n(DType dtype, const void* const* in, int k, const void* acc, void* out, int64_t n,
                   cudaStream_t stream);
 
@@ -47,28 +47,15 @@ cudaError_t cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, i
 cudaError_t all_reduce_fused(DType dtype, const void* const* in, void* const* out, int k, int64_t n,
                              int64_t mean_divisor, cudaStream_t stream);
 
-/// Segments one fused optimizer launch takes (detail::kMaxUpdateSegments).
-inline constexpr int kMaxOptimizerSegments = 48;
-
-/// The segments of one fused optimizer update, passed by value as the launch's argument (no copy
-/// to the device, no host synchronisation). Segment j covers elements [offset[j], offset[j+1]).
-struct OptimizerSegments {
-  void* param[kMaxOptimizerSegments];
-  const void* grad[kMaxOptimizerSegments];
-  void* slot0[kMaxOptimizerSegments];
-  void* slot1[kMaxOptimizerSegments];
-  int64_t offset[kMaxOptimizerSegments + 1];
-  int count;
-};
-
 /// The hyperparameters of detail::OptimizerUpdate; `kind` is detail::OptimizerKind's value.
 struct OptimizerScalars {
   int kind;
   double learning_rate, momentum, beta_1, beta_2, epsilon, weight_decay;
 };
 
-/// One kernel: the fused optimizer update of every segment (float32 or float64), at step
-/// `*step_in + 1` read on the device; block 0 writes that step to `*step_out` when not null.
+/// One kernel: the fused optimizer update of every segment (float32 or float64; OptimizerSegments
+/// is in kernel_index.hpp), at step `*step_in + 1` read on the device; block 0 writes that step to
+/// `*step_out` when not null.
 cudaError_t apply_optimizer(DType dtype, const OptimizerScalars& h, const OptimizerSegments& segments,
                             const int64_t* step_in, int64_t* step_out, cudaStream_t stream);
 
