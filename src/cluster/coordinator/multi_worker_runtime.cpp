@@ -17,6 +17,10 @@ namespace {
 
 using TimePoint = Coordinator::Clock::time_point;
 
+// How long a worker that found the workers' calls differ waits for the others' flight-recorder
+// states (they found it at the same moment and post theirs at once).
+constexpr double kMismatchReportWaitSeconds = 0.5;
+
 // Errors every worker raises together, from the same exchanged data: the job stays usable.
 class WorkersInvalidArgument : public InvalidArgumentError {
  public:
@@ -150,6 +154,10 @@ void MultiWorkerRuntime::rethrow_gpu_failure(const char* what) {
   }
 }
 
+void MultiWorkerRuntime::attach_recorder(FlightRecorder& recorder) {
+  if (coordinator_) coordinator_->set_recorder(recorder);
+}
+
 Coordinator& MultiWorkerRuntime::coordinator() {
   MIRRORED_ENFORCE(coordinator_, FailedPreconditionError,
                    "MultiWorkerMirroredStrategy: this worker has left the job (the strategy is being destroyed)");
@@ -191,12 +199,16 @@ void MultiWorkerRuntime::check_same_call(const std::string& op, const std::strin
     const std::string op_a = a.substr(0, a.find(':')), op_b = b.substr(0, b.find(':'));
     const std::string message =
         str_cat("MultiWorkerMirroredStrategy: ", c.name(0), " called ", a, " but ", c.name(w), " called ", b);
+    // Every worker gets here at once: each posts its replicas' state and reads the others'.
+    const std::string report = c.flight_report(kMismatchReportWaitSeconds);
+    const std::string tail = report.empty() ? report : "; " + report;
     if (op_a != op_b) {
       throw WorkersFailedPrecondition(message +
                                       " (some workers made a different number of collective calls, or made them in "
-                                      "a different order)");
+                                      "a different order)" +
+                                      tail);
     }
-    throw WorkersInvalidArgument(message);
+    throw WorkersInvalidArgument(message + tail);
   }
 }
 

@@ -46,6 +46,8 @@ class MultiWorkerRuntime : public WorkerStage {
                        const Parallel& parallel) override;
   void broadcast(UntypedTensor& value, const Deadline& deadline) override;
   void local_failure(const std::exception_ptr& error) noexcept override;
+  /// Failures of cross-worker collectives report every worker's replicas (Coordinator::flight_report).
+  void attach_recorder(FlightRecorder& recorder) override;
 
   /// Leaves the job (goodbye and shutdown barrier); later calls fail. Idempotent.
   void shutdown();
