@@ -65,20 +65,19 @@ const char* flight_state_name(FlightState s) noexcept {
 }
 
 std::size_t flight_recorder_entries() {
-  static const std::size_t entries = [] {
-    const char* v = std::getenv("MIRRORED_FLIGHT_RECORDER_ENTRIES");
-    if (!v || !*v) return std::size_t{256};
-    char* end = nullptr;
-    errno = 0;
-    const long long n = std::strtoll(v, &end, 10);
-    if (errno || *end || n < 0 || n > (1 << 20)) {
-      MIRRORED_LOG(warn, "MIRRORED_FLIGHT_RECORDER_ENTRIES must be an integer in [0, 1048576], got '", v,
-                   "'; using 256");
-      return std::size_t{256};
-    }
-    return static_cast<std::size_t>(n);
-  }();
-  return entries;
+  // Read for each strategy (never on a collective's path), so that a benchmark can compare a
+  // strategy with the recorder off against one with it on in one process.
+  const char* v = std::getenv("MIRRORED_FLIGHT_RECORDER_ENTRIES");
+  if (!v || !*v) return 256;
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(v, &end, 10);
+  if (errno || *end || n < 0 || n > (1 << 20)) {
+    MIRRORED_LOG(warn, "MIRRORED_FLIGHT_RECORDER_ENTRIES must be an integer in [0, 1048576], got '", v,
+                 "'; using 256");
+    return 256;
+  }
+  return static_cast<std::size_t>(n);
 }
 
 int64_t flight_now_ns() noexcept {
@@ -213,8 +212,7 @@ std::string compose_flight_report(const std::vector<ReplicaFlight>& replicas, co
       }
     }
     if (most > 0) {
-      add(str_cat(odd ? "every other replica" : "every replica", most == 1 && odd ? "" : "", " waits in ", reference,
-                  " #", frontier));
+      add(str_cat(odd ? "every other replica" : "every replica", " waits in ", reference, " #", frontier));
     }
   }
   for (const auto& s : silent) add(s);

@@ -40,7 +40,7 @@ struct FlightEntry {
 };
 
 /// The entries' capacity from MIRRORED_FLIGHT_RECORDER_ENTRIES (default 256; 0 turns the
-/// recorder off, for the overhead benchmark), read once per process.
+/// recorder off, for the overhead benchmark), read when a strategy is made.
 std::size_t flight_recorder_entries();
 
 /// Nanoseconds of the steady clock.
