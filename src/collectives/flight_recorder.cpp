@@ -171,13 +171,15 @@ std::string compose_flight_report(const std::vector<ReplicaFlight>& replicas, co
   std::string out;
   auto add = [&](const std::string& part) { out += (out.empty() ? "" : "; ") + part; };
   if (!replicas.empty()) {
-    uint64_t frontier = 0;
+    uint64_t frontier = 0;  // the furthest any replica got
     for (const auto& f : replicas) frontier = std::max({frontier, f.last_done, f.current});
+    // Nothing recorded (a group used without the plan): nothing to tell.
+    if (frontier == 0 && silent.empty()) return "";
     // The reference call at the frontier: the kind most replicas wait in there (ties: the first
     // replica's in worker order, like the agreement checks compare against the chief's replica 0).
     std::vector<std::pair<std::string, int>> kinds;
     for (const auto& f : replicas) {
-      if (f.current != frontier) continue;
+      if (!in_flight(f) || f.current != frontier) continue;
       auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == f.current_kind; });
       if (it == kinds.end())
         kinds.emplace_back(f.current_kind, 1);
