@@ -190,9 +190,9 @@ void CollectivePlan::all_reduce(CollectiveKind kind, int replica, const Collecti
 
 void CollectivePlan::reduce_scatter(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
                                     const Deadline& deadline, uint64_t flight_seq) {
-  reduction("reduce_scatter", kind, replica, mine, deadline, flight_seq, [&](CollectiveStep& step, CollectiveGroup* group) {
-    stage_->reduce_scatter(mine.op, *local_, step, group);
-  });
+  reduction(
+      "reduce_scatter", kind, replica, mine, deadline, flight_seq,
+      [&](CollectiveStep& step, CollectiveGroup* group) { stage_->reduce_scatter(mine.op, *local_, step, group); });
 }
 
 std::vector<UntypedTensor> CollectivePlan::all_gather(int replica, const UntypedTensor& in, int axis,

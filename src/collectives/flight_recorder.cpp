@@ -73,8 +73,7 @@ std::size_t flight_recorder_entries() {
   errno = 0;
   const long long n = std::strtoll(v, &end, 10);
   if (errno || *end || n < 0 || n > (1 << 20)) {
-    MIRRORED_LOG(warn, "MIRRORED_FLIGHT_RECORDER_ENTRIES must be an integer in [0, 1048576], got '", v,
-                 "'; using 256");
+    MIRRORED_LOG(warn, "MIRRORED_FLIGHT_RECORDER_ENTRIES must be an integer in [0, 1048576], got '", v, "'; using 256");
     return 256;
   }
   return static_cast<std::size_t>(n);
@@ -202,10 +201,10 @@ std::string compose_flight_report(const std::vector<ReplicaFlight>& replicas, co
         const std::string verb = f.current_state == "failed"   ? "failed in "
                                  : f.current_state == "issued" ? "issued (not yet entered) "
                                                                : "waits in ";
-        add(str_cat(who(f), " ", verb, f.current_kind, " #", f.current, " (for ", seconds_text(f.current_for_s),
-                    " s)", f.current == frontier && f.current_kind != reference
-                               ? str_cat(": a different call at the same number (", reference, ")")
-                               : ""));
+        add(str_cat(who(f), " ", verb, f.current_kind, " #", f.current, " (for ", seconds_text(f.current_for_s), " s)",
+                    f.current == frontier && f.current_kind != reference
+                        ? str_cat(": a different call at the same number (", reference, ")")
+                        : ""));
       } else if (f.last_done) {
         add(str_cat(who(f), " last completed ", f.last_kind, " #", f.last_done, " and has not entered #",
                     f.last_done + 1, " for ", seconds_text(f.since_done_s), " s"));
@@ -324,9 +323,8 @@ std::string FlightRecorder::local_report() const {
 
 void FlightRecorder::append_json(std::string& out) const {
   // Steady-clock times as seconds of the system clock, for lining up the dumps of several hosts.
-  const double offset_s =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
-      static_cast<double>(flight_now_ns()) * 1e-9;
+  const double offset_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
+                          static_cast<double>(flight_now_ns()) * 1e-9;
   auto time = [&](int64_t ns) { return ns ? str_cat(static_cast<double>(ns) * 1e-9 + offset_s) : std::string("null"); };
   out += "{\"replicas\": [";
   for (std::size_t r = 0; r < rings_.size(); ++r) {
@@ -343,8 +341,8 @@ void FlightRecorder::append_json(std::string& out) const {
                      ", \"shape\": [");
       for (int d = 0; d < e.ndims; ++d) out += str_cat(d ? ", " : "", e.shape[d]);
       out += str_cat("], \"bytes\": ", e.bytes, ", \"async\": ", e.async ? "true" : "false", ", \"state\": \"",
-                     flight_state_name(e.state), "\", \"issue_s\": ", time(e.issue_ns), ", \"start_s\": ",
-                     time(e.start_ns), ", \"end_s\": ", time(e.end_ns), "}");
+                     flight_state_name(e.state), "\", \"issue_s\": ", time(e.issue_ns),
+                     ", \"start_s\": ", time(e.start_ns), ", \"end_s\": ", time(e.end_ns), "}");
       first = false;
     }
     out += "]}";

@@ -153,8 +153,8 @@ void dump_flight_recorders_on_event(int worker) noexcept;
 /// destroyed by an exception.
 class FlightCall {
  public:
-  FlightCall(FlightRing& ring, CollectiveKind kind, int op, int dtype, const std::vector<int64_t>* shape,
-             int64_t bytes, bool async, uint64_t adopted_seq = 0) noexcept
+  FlightCall(FlightRing& ring, CollectiveKind kind, int op, int dtype, const std::vector<int64_t>* shape, int64_t bytes,
+             bool async, uint64_t adopted_seq = 0) noexcept
       : ring_(ring), exceptions_(std::uncaught_exceptions()) {
     // A collective made of others (an optimizer step's reduction) is one entry.
     if (active_) return;

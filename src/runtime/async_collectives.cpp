@@ -233,9 +233,10 @@ std::shared_ptr<detail::AsyncCollective> ReplicaContext::issue_async(bool reduce
     const detail::UntypedTensor* first = job->in.empty() ? nullptr : &job->in[0];
     int64_t bytes = 0;
     for (const auto& t : job->in) bytes += static_cast<int64_t>(t.bytes());
-    job->flight_seq = rt.group.recorder().ring(replica_id_).issue(job->kind(), static_cast<int>(op),
-                                                                  first ? static_cast<int>(first->dtype) : -1,
-                                                                  first ? &first->shape : nullptr, bytes, true, false);
+    job->flight_seq = rt.group.recorder()
+                          .ring(replica_id_)
+                          .issue(job->kind(), static_cast<int>(op), first ? static_cast<int>(first->dtype) : -1,
+                                 first ? &first->shape : nullptr, bytes, true, false);
   }
   const int global = replica_id_in_sync_group();
   job->ticket = rt.async.watchdog().watch(job->deadline.time_point(), [weak = std::weak_ptr(job), global, t] {

@@ -105,8 +105,8 @@ void ReplicaContext::optimizer_step(detail::OptimizerStep& step) {
   strategy_->rt_->plan.apply_gradients(replica_id_, step, d);
 }
 
-void ReplicaContext::joined(detail::CollectiveKind kind, const CollectiveStep::Buffers& mine,
-                            const Deadline& deadline, uint64_t flight_seq) {
+void ReplicaContext::joined(detail::CollectiveKind kind, const CollectiveStep::Buffers& mine, const Deadline& deadline,
+                            uint64_t flight_seq) {
   auto& plan = strategy_->rt_->plan;
   switch (kind) {
     case detail::CollectiveKind::reduce_scatter:

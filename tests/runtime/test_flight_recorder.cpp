@@ -19,8 +19,8 @@
 namespace mirrored {
 namespace flight_recorder_test {
 
-using ::testing::HasSubstr;
 using testing::cpus;
+using ::testing::HasSubstr;
 using testing::message_of;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -266,8 +266,8 @@ TEST(FlightReport, NamesTheWorkerThatIsBehind) {
   late.current_kind.clear();
   late.last_done = 17;
   late.since_done_s = 10.04;
-  const auto report = detail::compose_flight_report(
-      {waiting_in(0, 0, 18, "all_reduce"), waiting_in(0, 1, 18, "all_reduce"), late}, {});
+  const auto report =
+      detail::compose_flight_report({waiting_in(0, 0, 18, "all_reduce"), waiting_in(0, 1, 18, "all_reduce"), late}, {});
   EXPECT_EQ(report,
             "flight recorder: worker 1 replica 0 (CPU:0) last completed all_reduce #17 and has not entered #18 for "
             "10.0 s; every other replica waits in all_reduce #18");

@@ -8,10 +8,10 @@
 #include <fstream>
 
 #include "cluster/net/socket.hpp"
-#include "collectives/flight_recorder.hpp"
 #include "cluster/store/tcp_store.hpp"
 #include "cluster/transport/gloo/gloo_transport.hpp"
 #include "cluster/transport/shm/shm_transport.hpp"
+#include "collectives/flight_recorder.hpp"
 #include "mirrored/errors.hpp"
 #include "util/fnv1a.hpp"
 #include "util/log.hpp"
@@ -422,7 +422,8 @@ std::string Coordinator::flight_report(double wait_s) noexcept {
     std::vector<ReplicaFlight> all = recorder->flights();
     store_->set(str_cat(prefix_, "flight/", rank()), encode_flights(all));
     std::vector<std::string> silent;
-    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait_s));
+    const auto until =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait_s));
     for (int w = 0; w < num_workers(); ++w) {
       if (w == rank()) continue;
       const double left = std::max(0.0, std::chrono::duration<double>(until - Clock::now()).count());
