@@ -39,6 +39,7 @@
 //   off_us, on_us                wall µs per run without / with the recorder
 //   overhead, overhead_med       on_us / off_us - 1, and the median over iterations of the paired
 //                                ratio - 1 (the target is within ±0.01)
+// BM_FlightCall: one recorded collective alone (issue, enter, end on one ring; private API), ns.
 #include <benchmark/benchmark.h>
 
 #include <stdlib.h>
@@ -60,6 +61,7 @@
 #include <mirrored/timeline.hpp>
 
 #include "bench_util.hpp"
+#include "collectives/flight_recorder.hpp"
 
 namespace {
 
@@ -303,6 +305,17 @@ BENCHMARK(BM_FlightRecorderOverhead)
     ->ArgsProduct({{1, 2, 4}, {0, 64 << 10}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+
+void BM_FlightCall(benchmark::State& state) {
+  mirrored::detail::FlightRing ring(256);
+  const std::vector<int64_t> shape{16384};
+  for (auto _ : state) {
+    mirrored::detail::FlightCall call(ring, mirrored::detail::CollectiveKind::all_reduce, 0, 0, &shape, 65536, false);
+  }
+  benchmark::DoNotOptimize(ring.next_seq());
+}
+
+BENCHMARK(BM_FlightCall)->Unit(benchmark::kNanosecond);
 
 }  // namespace
 
