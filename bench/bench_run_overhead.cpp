@@ -31,6 +31,15 @@
 //   overhead, overhead_med       on_us / off_us - 1, and the median over iterations of the paired
 //                                ratio - 1 (the target is <= 0.05)
 //   write_us                     `stop` (format, write, close) per run of the batch
+//
+// BM_FlightRecorderOverhead: the flight recorder (API.md §15) on against off, in one process: two
+// strategies of N CPU replicas, one made with MIRRORED_FLIGHT_RECORDER_ENTRIES=0 (off), one with
+// the default ring; each iteration times a batch on each (order alternating), of empty runs
+// (bytes = 0) or of runs making one 64 KiB all-reduce each (bytes = 65536).
+//   off_us, on_us                wall µs per run without / with the recorder
+//   overhead, overhead_med       on_us / off_us - 1, and the median over iterations of the paired
+//                                ratio - 1 (the target is within ±0.01)
+// BM_FlightCall: one recorded collective alone (issue, enter, end on one ring; private API), ns.
 #include <benchmark/benchmark.h>
 
 #include <stdlib.h>
@@ -52,6 +61,7 @@
 #include <mirrored/timeline.hpp>
 
 #include "bench_util.hpp"
+#include "collectives/flight_recorder.hpp"
 
 namespace {
 
@@ -235,6 +245,77 @@ BENCHMARK(BM_TimelineOverhead)
     ->Arg(8)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+
+constexpr int kFlightBatch = 64;
+
+void BM_FlightRecorderOverhead(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const int64_t bytes = state.range(1);
+  std::vector<std::string> devices;
+  for (int r = 0; r < n; ++r) devices.push_back("CPU:" + std::to_string(r));
+  // The switch is read when a strategy is made.
+  setenv("MIRRORED_FLIGHT_RECORDER_ENTRIES", "0", 1);
+  MirroredStrategy off(devices);
+  unsetenv("MIRRORED_FLIGHT_RECORDER_ENTRIES");
+  MirroredStrategy on(devices);
+  const auto value = mirrored::Tensor<float>::full({bytes / static_cast<int64_t>(sizeof(float))}, 1.0f);
+  auto batch = [&](MirroredStrategy& s) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kFlightBatch; ++i) {
+      if (bytes == 0)
+        s.run([] {});
+      else
+        s.run([&] {
+          benchmark::DoNotOptimize(mirrored::get_replica_context()->all_reduce(mirrored::ReduceOp::SUM, value));
+        });
+    }
+    return seconds(Clock::now() - t0);
+  };
+  batch(off);  // warm-up: threads started, pools filled
+  batch(on);
+  double off_wall = 0, on_wall = 0;
+  std::vector<double> paired;
+  int64_t iters = 0;
+  for (auto _ : state) {
+    double t_off = 0, t_on = 0;
+    if (iters % 2 == 0) {
+      t_off = batch(off);
+      t_on = batch(on);
+    } else {
+      t_on = batch(on);
+      t_off = batch(off);
+    }
+    off_wall += t_off;
+    on_wall += t_on;
+    paired.push_back(t_on / t_off);
+    state.SetIterationTime(t_on);
+    ++iters;
+  }
+  if (iters == 0) return;
+  const double calls = static_cast<double>(iters) * kFlightBatch;
+  state.counters["off_us"] = off_wall / calls * 1e6;
+  state.counters["on_us"] = on_wall / calls * 1e6;
+  state.counters["overhead"] = on_wall / off_wall - 1;
+  state.counters["overhead_med"] = median(paired) - 1;
+  state.SetLabel("N=" + std::to_string(n) + (bytes ? " all_reduce 64KiB" : " empty run"));
+}
+
+BENCHMARK(BM_FlightRecorderOverhead)
+    ->ArgNames({"replicas", "bytes"})
+    ->ArgsProduct({{1, 2, 4}, {0, 64 << 10}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_FlightCall(benchmark::State& state) {
+  mirrored::detail::FlightRing ring(256);
+  const std::vector<int64_t> shape{16384};
+  for (auto _ : state) {
+    mirrored::detail::FlightCall call(ring, mirrored::detail::CollectiveKind::all_reduce, 0, 0, &shape, 65536, false);
+  }
+  benchmark::DoNotOptimize(ring.next_seq());
+}
+
+BENCHMARK(BM_FlightCall)->Unit(benchmark::kNanosecond);
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include "mirrored/distributed_values.hpp"
 #include "mirrored/dtype.hpp"
 #include "mirrored/errors.hpp"
+#include "mirrored/flight_recorder.hpp"
 #include "mirrored/gradient_accumulator.hpp"
 #include "mirrored/gradient_buckets.hpp"
 #include "mirrored/input_options.hpp"

@@ -148,7 +148,9 @@ class ReplicaContext {
                                             const CommunicationOptions& options);
   // The joined part of every reduction, synchronous or not, through the collective plan: `kind`
   // is all_reduce or reduce_scatter, or their asynchronous twins (from a lane).
-  void joined(detail::CollectiveKind kind, const CollectiveStep::Buffers& mine, const Deadline& deadline);
+  // `flight_seq`: an asynchronous call's flight-recorder entry, made when it was issued.
+  void joined(detail::CollectiveKind kind, const CollectiveStep::Buffers& mine, const Deadline& deadline,
+              uint64_t flight_seq = 0);
   // Issues an asynchronous all-reduce (`reduce_scatter` false) or reduce-scatter of `in`;
   // `scratch[i]`: nothing but the caller refers to leaf i.
   std::shared_ptr<detail::AsyncCollective> issue_async(bool reduce_scatter, ReduceOp op,

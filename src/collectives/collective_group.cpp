@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "collectives/flight_recorder.hpp"
 #include "mirrored/errors.hpp"
 #include "util/log.hpp"
 #include "util/spin.hpp"
@@ -29,6 +30,7 @@ const char* collective_kind_name(CollectiveKind kind) noexcept {
 CollectiveGroup::CollectiveGroup(int num_replicas, double stall_warn_seconds)
     : n_(num_replicas),
       stall_warn_s_(stall_warn_seconds),
+      recorder_(std::make_unique<FlightRecorder>(num_replicas)),
       arrived_gen_(std::make_unique<std::atomic<uint64_t>[]>(static_cast<std::size_t>(num_replicas))),
       finished_(num_replicas, 0),
       calls_(num_replicas, 0),
@@ -37,8 +39,20 @@ CollectiveGroup::CollectiveGroup(int num_replicas, double stall_warn_seconds)
       deadlines_(num_replicas, Deadline::after(0)),
       deadline_(Deadline::after(0)) {}
 
+CollectiveGroup::~CollectiveGroup() = default;
+
+std::string CollectiveGroup::flight_report_for(const std::string& message) const {
+  if (!recorder_->enabled() || message.find("flight recorder: ") != std::string::npos) return "";
+  dump_flight_recorders_on_event(recorder_->worker());
+  const std::string report = recorder_->local_report();
+  return report.empty() ? report : "; " + report;
+}
+
 void CollectiveGroup::begin_run() {
   std::lock_guard lock(mu_);
+  // Replicas of an aborted run may have stopped at different collectives; the next run starts
+  // them at the same sequence number again.
+  recorder_->align();
   // The generation goes on; the arrivals and the abort of the last run are forgotten.
   state_.store(generation_of(state_.load()) << kGenerationShift);
   inside_ = 0;
@@ -71,11 +85,12 @@ void CollectiveGroup::check_same_calls() {
       "Some replicas made a different number of collective or merge_call calls, or made them in a "
       "different order: " +
       detail;
+  join_error_ += flight_report_for(join_error_);
 }
 
 void CollectiveGroup::abort_locked(const std::string& reason) {
   if (!aborted_.load(std::memory_order_relaxed)) {
-    abort_reason_ = reason;
+    abort_reason_ = reason + flight_report_for(reason);
     aborted_.store(true, std::memory_order_release);
   }
   state_.fetch_or(kAbortBit);  // no arrival is counted from now on
@@ -210,6 +225,7 @@ void CollectiveGroup::wait_slowly(int replica, uint64_t gen, const Deadline& unt
                         describe_missing(), " that never arrived (collective timeout ", until.timeout_seconds(),
                         " s; set CommunicationOptions::timeout_seconds or MIRRORED_COLLECTIVE_TIMEOUT_S)");
     }
+    if (!give_up.empty()) give_up += flight_report_for(give_up);
     if (!give_up.empty()) {
       if (give_up_locked(gen, give_up)) {
         if (deadline_passed) throw DeadlineExceededError(give_up);
@@ -222,7 +238,8 @@ void CollectiveGroup::wait_slowly(int replica, uint64_t gen, const Deadline& unt
     if (!warned && now >= warn_at) {
       warned = true;
       MIRRORED_LOG(warn, "replica ", replica, " has waited ", waited, " s in ", describe_call(replica),
-                   " for replicas ", describe_missing(), " (deadline in ", until.seconds_left(), " s)");
+                   " for replicas ", describe_missing(), " (deadline in ", until.seconds_left(), " s)",
+                   flight_report_for(""));
     }
     cv_.wait_until(lock, warned ? deadline : std::min(deadline, warn_at));
   }

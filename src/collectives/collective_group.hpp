@@ -17,6 +17,8 @@
 
 namespace mirrored::detail {
 
+class FlightRecorder;
+
 /// The collective calls replicas make; they must make the same ones in the same order.
 enum class CollectiveKind {
   all_reduce,
@@ -38,6 +40,7 @@ class CollectiveGroup {
  public:
   /// `stall_warn_seconds`: a wait longer than this logs one warning naming the missing replicas.
   CollectiveGroup(int num_replicas, double stall_warn_seconds);
+  ~CollectiveGroup();
   CollectiveGroup(const CollectiveGroup&) = delete;
   CollectiveGroup& operator=(const CollectiveGroup&) = delete;
 
@@ -92,6 +95,13 @@ class CollectiveGroup {
   /// Number of collectives replica `r` joined in the current run.
   int64_t calls(int r) const noexcept { return calls_[r]; }
 
+  /// The replicas' flight recorder (collectives record themselves in the plan; the deadline,
+  /// stall and abort messages of this group end with its report).
+  FlightRecorder& recorder() noexcept { return *recorder_; }
+  /// "; flight recorder: ..." (with the recorder's dump when MIRRORED_FLIGHT_RECORDER_DIR is set),
+  /// or "" when the recorder is off or `message` carries a report already.
+  std::string flight_report_for(const std::string& message) const;
+
  private:
   enum class Phase { join, sync };
   // `kind` and `payload`: what a join posts (before its arrival is counted).
@@ -121,6 +131,7 @@ class CollectiveGroup {
 
   const int n_;
   const double stall_warn_s_;
+  std::unique_ptr<FlightRecorder> recorder_;
   mutable std::mutex mu_;  // the slow paths: sleeping, abort reasons, failure messages
   std::condition_variable cv_;
   std::atomic<uint64_t> state_{0};

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "collectives/collective_helpers.hpp"
+#include "collectives/flight_recorder.hpp"
 #include "collectives/nest_structure.hpp"
 #include "collectives/packing.hpp"
 #include "device/gpu/logical_gpus.hpp"
@@ -164,7 +165,9 @@ auto CollectivePlan::failing_job_on_error(F body) -> decltype(body()) {
 // nobody's buffers are read any more.
 template <class Run>
 void CollectivePlan::reduction(const char* what, CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
-                               const Deadline& deadline, Run run) {
+                               const Deadline& deadline, uint64_t flight_seq, Run run) {
+  const bool async = kind == CollectiveKind::all_reduce_async || kind == CollectiveKind::reduce_scatter_async;
+  FlightCall flight(group_.recorder().ring(replica), kind, mine.inputs, static_cast<int>(mine.op), async, flight_seq);
   if (group_.size() == 1) {
     CollectiveStep solo(mine, deadline);
     run(solo, nullptr);
@@ -180,16 +183,16 @@ void CollectivePlan::reduction(const char* what, CollectiveKind kind, int replic
 }
 
 void CollectivePlan::all_reduce(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
-                                const Deadline& deadline) {
-  reduction("all_reduce", kind, replica, mine, deadline,
+                                const Deadline& deadline, uint64_t flight_seq) {
+  reduction("all_reduce", kind, replica, mine, deadline, flight_seq,
             [&](CollectiveStep& step, CollectiveGroup* group) { stage_->all_reduce(mine.op, *local_, step, group); });
 }
 
 void CollectivePlan::reduce_scatter(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
-                                    const Deadline& deadline) {
-  reduction("reduce_scatter", kind, replica, mine, deadline, [&](CollectiveStep& step, CollectiveGroup* group) {
-    stage_->reduce_scatter(mine.op, *local_, step, group);
-  });
+                                    const Deadline& deadline, uint64_t flight_seq) {
+  reduction(
+      "reduce_scatter", kind, replica, mine, deadline, flight_seq,
+      [&](CollectiveStep& step, CollectiveGroup* group) { stage_->reduce_scatter(mine.op, *local_, step, group); });
 }
 
 std::vector<UntypedTensor> CollectivePlan::all_gather(int replica, const UntypedTensor& in, int axis,
@@ -198,6 +201,7 @@ std::vector<UntypedTensor> CollectivePlan::all_gather(int replica, const Untyped
   std::vector<UntypedTensor> outs;
   outs.reserve(1);  // posted: other replicas read this vector's element once it exists
   const CollectiveStep::Buffers mine{&ins, &outs, nullptr, ReduceOp::SUM, axis};
+  FlightCall flight(group_.recorder().ring(replica), CollectiveKind::all_gather, &ins, -1, false);
   if (group_.size() == 1) {
     CollectiveStep solo(mine, deadline);
     stage_->all_gather(axis, *local_, solo, nullptr, outs);
@@ -217,6 +221,7 @@ void CollectivePlan::merge_call(int replica, const void* payload, const std::typ
                                 const std::function<void(const std::vector<const void*>&)>& on_first,
                                 const std::function<void(const void*)>& take, const Deadline& deadline) {
   const int n = group_.size();
+  FlightCall flight(group_.recorder().ring(replica), CollectiveKind::merge_call, -1, -1, nullptr, 0, false);
   if (n == 1) {
     on_first({payload});
     take(payload);

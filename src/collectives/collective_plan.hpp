@@ -78,12 +78,16 @@ class CollectivePlan {
 
   /// All-reduce of `mine` (the calling replica's post: inputs, outputs, structure, op, pack size).
   /// `kind` is all_reduce or all_reduce_async (the call sequence check tells them apart).
-  void all_reduce(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine, const Deadline& deadline);
+  /// `flight_seq`: the flight recorder's entry of an asynchronous call, made when it was issued
+  /// (0: the call makes its own).
+  void all_reduce(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine, const Deadline& deadline,
+                  uint64_t flight_seq = 0);
 
   /// Reduce-scatter of `mine.inputs[0]`: the calling replica's output gets its piece
   /// (`mine.split`, every replica of every worker in global order). `kind` is reduce_scatter or
   /// reduce_scatter_async.
-  void reduce_scatter(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine, const Deadline& deadline);
+  void reduce_scatter(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine, const Deadline& deadline,
+                      uint64_t flight_seq = 0);
 
   /// An optimizer step of the calling replica (`Optimizer::apply_gradients` inside `run`, see
   /// optimizer_step.cpp): the gradients reduced (or not) and every copy updated, in one collective.
@@ -145,7 +149,7 @@ class CollectivePlan {
   auto failing_job_on_error(F body) -> decltype(body());
   template <class Run>
   void reduction(const char* what, CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
-                 const Deadline& deadline, Run run);
+                 const Deadline& deadline, uint64_t flight_seq, Run run);
   // The local replicas' `parts` reduced into `out` by the local ops: split over idle threads when
   // large (CrossDeviceOps::reduce_part), else on the calling thread.
   void reduce_locally(ReduceOp op, const std::vector<UntypedTensor>& parts, const UntypedTensor& out);

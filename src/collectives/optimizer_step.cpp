@@ -13,6 +13,7 @@
 // Either way the sums are in replica order and the update is the backend's fused loop, so on CPU
 // replicas every path gives the same bits.
 #include "collectives/collective_plan.hpp"
+#include "collectives/flight_recorder.hpp"
 #include "collectives/packing.hpp"
 #include "mirrored/detail/balanced_split.hpp"
 #include "mirrored/detail/optimizer_step.hpp"
@@ -146,6 +147,8 @@ void CollectivePlan::apply_gradients(int replica, OptimizerStep& mine, const Dea
     update_copies(mine, mine.grads);
     return;
   }
+  FlightCall flight(group_.recorder().ring(replica), CollectiveKind::apply_gradients, &mine.grads,
+                    static_cast<int>(ReduceOp::SUM), false);
   if (n > 1) {
     const CollectiveStep::Buffers post{&mine.grads, &mine.params, nullptr, ReduceOp::SUM, 0, 0,
                                        mine.communication.compression, nullptr, &mine};

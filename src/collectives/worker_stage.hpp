@@ -30,10 +30,16 @@
 namespace mirrored::detail {
 
 class CollectiveGroup;
+class FlightRecorder;
 
 class WorkerStage {
  public:
   virtual ~WorkerStage();
+
+  /// The local replicas' flight recorder, whose state the stage reports (and exchanges with the
+  /// other workers) when a cross-worker collective fails. Set once, before any collective; it
+  /// outlives the stage's collectives.
+  virtual void attach_recorder(FlightRecorder& /*recorder*/) {}
 
   virtual int num_workers() const noexcept = 0;
   /// This worker's rank: 0 is the chief.

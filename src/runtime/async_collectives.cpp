@@ -7,6 +7,7 @@
 
 #include "collectives/collective_group.hpp"
 #include "collectives/collective_helpers.hpp"
+#include "collectives/flight_recorder.hpp"
 #include "device/gpu/gpu_runtime.hpp"
 #include "mirrored/replica_context.hpp"
 #include "runtime/default_strategy.hpp"
@@ -106,10 +107,10 @@ void AsyncRunner::run(AsyncCollective& job) noexcept {
             job.backend->record_stream_use(t.data(), *job.backend);
         }
       }
-      ctx.joined(job.kind(), job.buffers(), backstop);
+      ctx.joined(job.kind(), job.buffers(), backstop, job.flight_seq);
       job.backend->record_event(*job.completed);
     } else {
-      ctx.joined(job.kind(), job.buffers(), backstop);
+      ctx.joined(job.kind(), job.buffers(), backstop, job.flight_seq);
     }
   } catch (...) {
     error = std::current_exception();
@@ -226,6 +227,16 @@ std::shared_ptr<detail::AsyncCollective> ReplicaContext::issue_async(bool reduce
     job->issued = job->backend->create_event();
     job->completed = job->backend->create_event();
     job->backend->record_event(*job->issued);  // after the work that produced the inputs
+  }
+  {
+    // Issued now; the lane enters it when it gets to it.
+    const detail::UntypedTensor* first = job->in.empty() ? nullptr : &job->in[0];
+    int64_t bytes = 0;
+    for (const auto& t : job->in) bytes += static_cast<int64_t>(t.bytes());
+    job->flight_seq = rt.group.recorder()
+                          .ring(replica_id_)
+                          .issue(job->kind(), static_cast<int>(op), first ? static_cast<int>(first->dtype) : -1,
+                                 first ? &first->shape : nullptr, bytes, true, false);
   }
   const int global = replica_id_in_sync_group();
   job->ticket = rt.async.watchdog().watch(job->deadline.time_point(), [weak = std::weak_ptr(job), global, t] {

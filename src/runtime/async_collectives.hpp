@@ -59,6 +59,7 @@ struct AsyncCollective {
   std::string expiry;
   std::exception_ptr error;
   bool waited = false;  // the owner's thread only
+  uint64_t flight_seq = 0;  // its flight-recorder entry (made when issued)
 
   /// What the lane posts for it.
   CollectiveStep::Buffers buffers() const noexcept {

@@ -105,13 +105,15 @@ void ReplicaContext::optimizer_step(detail::OptimizerStep& step) {
   strategy_->rt_->plan.apply_gradients(replica_id_, step, d);
 }
 
-void ReplicaContext::joined(detail::CollectiveKind kind, const CollectiveStep::Buffers& mine,
-                            const Deadline& deadline) {
+void ReplicaContext::joined(detail::CollectiveKind kind, const CollectiveStep::Buffers& mine, const Deadline& deadline,
+                            uint64_t flight_seq) {
   auto& plan = strategy_->rt_->plan;
   switch (kind) {
     case detail::CollectiveKind::reduce_scatter:
-    case detail::CollectiveKind::reduce_scatter_async: plan.reduce_scatter(kind, replica_id_, mine, deadline); return;
-    default: plan.all_reduce(kind, replica_id_, mine, deadline); return;
+    case detail::CollectiveKind::reduce_scatter_async:
+      plan.reduce_scatter(kind, replica_id_, mine, deadline, flight_seq);
+      return;
+    default: plan.all_reduce(kind, replica_id_, mine, deadline, flight_seq); return;
   }
 }
 

@@ -89,6 +89,9 @@ Strategy::Strategy(std::vector<Device> devices, std::shared_ptr<CrossDeviceOps> 
   contexts_.reserve(devices_.size());
   for (int r = 0; r < static_cast<int>(devices_.size()); ++r)
     contexts_.push_back(std::unique_ptr<ReplicaContext>(new ReplicaContext(*this, r)));
+  std::vector<std::string> names;
+  for (const Device& d : devices_) names.push_back(d.short_name());
+  rt_->group.recorder().set_identity(0, 1, std::move(names));
   static std::atomic<std::uint64_t> next_id{1};
   id_ = std::make_shared<const std::uint64_t>(next_id.fetch_add(1, std::memory_order_relaxed));
   (void)detail::timeline::enabled();  // MIRRORED_TIMELINE is read when the first strategy is made
@@ -133,6 +136,11 @@ void Strategy::start_replica_threads() {
 void Strategy::attach_workers(std::shared_ptr<detail::WorkerStage> stage) {
   num_workers_ = stage->num_workers();
   worker_index_ = stage->worker_index();
+  std::vector<std::string> names;
+  for (const Device& d : devices_) names.push_back(d.short_name());
+  rt_->group.recorder().set_identity(worker_index_, num_workers_, std::move(names));
+  // Peer-loss and cross-worker timeout messages report every worker's replicas.
+  stage->attach_recorder(rt_->group.recorder());
   rt_->plan.set_stage(std::move(stage));
 }
 

@@ -439,6 +439,10 @@ int fault(const Args& a, bool kill) {
       const double took = std::chrono::duration<double>(Clock::now() - start).count();
       std::cout << "DeadlineExceededError after " << took << " s: " << e.what() << std::endl;
       CHECK(!kill, "a dead peer must give UnavailableError");
+      // The flight recorder's report names the stopped worker, which could not post its state.
+      CHECK(std::string(e.what()).find(detail::str_cat("worker ", a.victim, " (")) != std::string::npos &&
+                std::string(e.what()).find("reported no state within") != std::string::npos,
+            "no flight-recorder report naming the stopped worker");
       CHECK(took >= a.timeout * 0.9 && took < a.timeout + 15, took);
       break;
     }
@@ -484,6 +488,68 @@ int late_leader(const Args& a) {
     std::cout << "DeadlineExceededError after " << took << " s: " << e.what() << std::endl;
     CHECK(took >= a.timeout && took < a.timeout + kCollectiveGraceSeconds, "took ", took, " s for a timeout of ",
           a.timeout, " s (grace ", kCollectiveGraceSeconds, " s)");
+  }
+  std::cout << (g_failures == 0 ? "OK" : "FAILED") << std::endl;
+  return g_failures ? 1 : 0;
+}
+
+// The victim skips the all-reduce of step `step` and then computes "forever" (killed by the
+// harness): the others' all-reduce fails at the timeout plus the grace, with a flight-recorder
+// report naming the victim as behind.
+int skip(const Args& a) {
+  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  const int rank = s.extended().worker_index();
+  auto step_once = [&] {
+    s.run([] { return get_replica_context()->all_reduce(ReduceOp::SUM, Tensor<float>::full({64}, 1.0f)); });
+  };
+  for (int step = 0; step < a.step; ++step) step_once();
+  if (rank == a.victim) {
+    std::cout << "victim " << rank << " skips all_reduce #" << a.step + 1 << std::endl;
+    for (;;) pause();  // killed by the harness
+  }
+  const auto start = Clock::now();
+  try {
+    step_once();
+    CHECK(false, "the all_reduce succeeded without worker ", a.victim);
+  } catch (const DeadlineExceededError& e) {
+    const double took = std::chrono::duration<double>(Clock::now() - start).count();
+    std::cout << "DeadlineExceededError after " << took << " s: " << e.what() << std::endl;
+    CHECK(took < a.timeout + kCollectiveGraceSeconds, "took ", took, " s for a timeout of ", a.timeout, " s");
+    const std::string culprit = detail::str_cat("worker ", a.victim, " replica 0 (CPU:0) last completed all_reduce #",
+                                                a.step, " and has not entered #", a.step + 1, " for ");
+    CHECK(std::string(e.what()).find(culprit) != std::string::npos, "no '", culprit, "' in the message");
+    CHECK(std::string(e.what()).find(detail::str_cat("every other replica waits in all_reduce #", a.step + 1)) !=
+              std::string::npos,
+          "the others are not reported waiting");
+  }
+  std::cout << (g_failures == 0 ? "OK" : "FAILED") << std::endl;
+  return g_failures ? 1 : 0;
+}
+
+// The victim calls all_gather where the others call all_reduce (after `step` good steps): every
+// worker fails with FailedPreconditionError whose report names the victim's different call.
+int wrong_call(const Args& a) {
+  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  const int rank = s.extended().worker_index();
+  for (int step = 0; step < a.step; ++step)
+    s.run([] { return get_replica_context()->all_reduce(ReduceOp::SUM, Tensor<float>::full({8}, 1.0f)); });
+  const auto start = Clock::now();
+  try {
+    s.run([&] {
+      if (rank == a.victim) return get_replica_context()->all_gather(Tensor<float>::full({8}, 1.0f), 0);
+      return get_replica_context()->all_reduce(ReduceOp::SUM, Tensor<float>::full({8}, 1.0f));
+    });
+    CHECK(false, "different calls succeeded");
+  } catch (const FailedPreconditionError& e) {
+    const double took = std::chrono::duration<double>(Clock::now() - start).count();
+    std::cout << "FailedPreconditionError after " << took << " s: " << e.what() << std::endl;
+    CHECK(took < a.timeout + kCollectiveGraceSeconds, "took ", took, " s for a timeout of ", a.timeout, " s");
+    const std::string culprit =
+        detail::str_cat("worker ", a.victim, " replica 0 (CPU:0) waits in all_gather #", a.step + 1);
+    CHECK(std::string(e.what()).find(culprit) != std::string::npos, "no '", culprit, "' in the message");
+    CHECK(std::string(e.what()).find(detail::str_cat("every other replica waits in all_reduce #", a.step + 1)) !=
+              std::string::npos,
+          "the others are not reported waiting");
   }
   std::cout << (g_failures == 0 ? "OK" : "FAILED") << std::endl;
   return g_failures ? 1 : 0;
@@ -582,6 +648,8 @@ int main(int argc, char** argv) {
     if (a.scenario == "leave_early") return leave_early(a);
     if (a.scenario == "replica_throws") return replica_throws(a);
     if (a.scenario == "late_leader") return late_leader(a);
+    if (a.scenario == "skip") return skip(a);
+    if (a.scenario == "wrong_call") return wrong_call(a);
     if (a.scenario == "hello") {
       MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
       std::cout << "hello from worker " << s.extended().worker_index() << " of " << s.extended().num_workers()

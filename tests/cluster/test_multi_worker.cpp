@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
 #include "cluster/process_harness.hpp"
 
 namespace mirrored {
@@ -233,6 +237,68 @@ TEST(MultiWorker, AStoppedWorkerOnSharedMemoryGivesDeadlineExceeded) {
   ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
   EXPECT_EQ(job.code(0), 0) << job.outputs();
   EXPECT_THAT(job.output(0), HasSubstr("DeadlineExceededError")) << job.outputs();
+}
+
+// What tools/flight_report.py prints for the dumps in `dir`.
+std::string flight_report_of(const std::string& dir) {
+  const std::string command =
+      std::string("python3 ") + MIRRORED_SOURCE_DIR + "/tools/flight_report.py " + dir + " 2>&1";
+  std::string out;
+  if (FILE* pipe = ::popen(command.c_str(), "r")) {
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+    ::pclose(pipe);
+  }
+  return out;
+}
+
+bool exists_eventually(const std::string& path) {
+  for (int i = 0; i < 600 && !std::filesystem::exists(path); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return std::filesystem::exists(path);
+}
+
+// A worker that skips an all-reduce and goes on computing: the others fail at the timeout (plus
+// the grace) with a flight-recorder report naming it and the collective it has not entered
+// (checked inside the workers), and tools/flight_report.py on every worker's dump names it too.
+TEST(MultiWorker, AWorkerSkippingACollectiveIsNamedByTheReportAndTheTool) {
+  testing::TempDir dir;
+  auto env = kTcp;
+  env["MIRRORED_FLIGHT_RECORDER_DIR"] = dir.path();
+  Job job(3, ranks(3), worker("skip", {"--victim", "1", "--step", "3", "--timeout", "2"}), env);
+  job.wait_for_output(0, "OK", kRunSeconds);
+  job.wait_for_output(2, "OK", kRunSeconds);
+  // The victim's monitor dumps its rings when it learns of the failure.
+  EXPECT_TRUE(exists_eventually(dir.path() + "/flight_recorder.worker1.json")) << job.outputs();
+  job.signal(1, SIGKILL);
+  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  for (int w : {0, 2}) {
+    EXPECT_EQ(job.code(w), 0) << job.outputs();
+    EXPECT_THAT(job.output(w), HasSubstr("DeadlineExceededError")) << job.outputs();
+  }
+  const std::string report = flight_report_of(dir.path());
+  std::cout << job.output(0) << report << "\n";  // for the record
+  EXPECT_THAT(report, HasSubstr("first divergence at #4")) << report;
+  EXPECT_THAT(report, HasSubstr("worker 1 replica 0 (CPU:0) is behind: last completed #3 and never entered #4"))
+      << report;
+  EXPECT_THAT(report, ::testing::Not(HasSubstr("worker 0 replica 0 (CPU:0) is behind"))) << report;
+  EXPECT_THAT(report, ::testing::Not(HasSubstr("worker 2 replica 0 (CPU:0) is behind"))) << report;
+}
+
+// One worker calls all_gather where the others call all_reduce: every worker's error names it.
+TEST(MultiWorker, AWorkerCallingADifferentCollectiveIsNamedByEveryWorker) {
+  testing::TempDir dir;
+  auto env = kTcp;
+  env["MIRRORED_FLIGHT_RECORDER_DIR"] = dir.path();
+  Job job(2, ranks(2), worker("wrong_call", {"--victim", "1", "--step", "2", "--timeout", "10"}), env);
+  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  for (int w : {0, 1}) EXPECT_EQ(job.code(w), 0) << job.outputs();
+  const std::string report = flight_report_of(dir.path());
+  std::cout << job.output(0) << report << "\n";  // for the record
+  EXPECT_THAT(report, HasSubstr("worker 1 replica 0 (CPU:0) made a different call at #3: all_gather instead of "
+                                "all_reduce"))
+      << report;
 }
 
 TEST(MultiWorker, AWorkerThatNeverJoinsIsNamedAtStartUp) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
@@ -10,6 +11,7 @@
 #include "cluster/store/tcp_store.hpp"
 #include "cluster/transport/gloo/gloo_transport.hpp"
 #include "cluster/transport/shm/shm_transport.hpp"
+#include "collectives/flight_recorder.hpp"
 #include "mirrored/errors.hpp"
 #include "util/fnv1a.hpp"
 #include "util/log.hpp"
@@ -28,6 +30,10 @@ constexpr double kStaleSeconds = 2.0;
 constexpr double kFailureLingerSeconds = 10.0;
 // How much longer the chief waits for the workers at start-up than they wait for each other.
 constexpr double kChiefStartupGraceSeconds = 2.0;
+// How long a failing collective waits for the other workers' flight-recorder states (their
+// monitors post them as soon as they see the failure): well inside kCollectiveGraceSeconds, with
+// the wait for the published cause.
+constexpr double kFlightReportWaitSeconds = 0.5;
 
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
@@ -51,6 +57,9 @@ std::string default_job_id(const ClusterLayout& layout) {
   for (int i = 0; i < 12; ++i, h >>= 4) out += hex[h & 15];
   return out;
 }
+
+// "; report", or "" for no report.
+std::string with_separator(const std::string& report) { return report.empty() ? report : "; " + report; }
 
 }  // namespace
 
@@ -214,6 +223,7 @@ void Coordinator::monitor_loop() {
       return;
     }
     if (failure) {
+      post_flight_state();  // for the report of the worker that failed (and of every other)
       fail_locally(decode_failure(*failure));
       return;
     }
@@ -305,7 +315,8 @@ void Coordinator::collective(const char* what, const mirrored::Deadline& call_de
         failure_reported_ = true;
         FailureNotice n = *failure_;
         lock.unlock();
-        n.message = str_cat("MultiWorkerMirroredStrategy: ", what, ": ", n.message);
+        n.message = str_cat("MultiWorkerMirroredStrategy: ", what, ": ", n.message,
+                            with_separator(flight_report(kFlightReportWaitSeconds)));
         throw_failure(n);
       }
       throw FailedPreconditionError(str_cat("MultiWorkerMirroredStrategy: ", what,
@@ -324,8 +335,9 @@ void Coordinator::collective(const char* what, const mirrored::Deadline& call_de
                                          ") has no partner there: the workers made different numbers of collective "
                                          "calls")};
         failure_reported_ = true;
-        const std::string message = str_cat("MultiWorkerMirroredStrategy: ", what, ": ", failure_->message);
+        std::string message = str_cat("MultiWorkerMirroredStrategy: ", what, ": ", failure_->message);
         lock.unlock();
+        message += with_separator(flight_report(0));
         transport_->interrupt();
         throw FailedPreconditionError(message);
       }
@@ -386,8 +398,53 @@ void Coordinator::fail_collective(const char* what, Clock::time_point deadline, 
     failure_reported_ = true;
   }
   FailureNotice n = *notice;
-  n.message = str_cat("MultiWorkerMirroredStrategy: ", what, ": ", n.message);
+  n.message = str_cat("MultiWorkerMirroredStrategy: ", what, ": ", n.message,
+                      with_separator(flight_report(kFlightReportWaitSeconds)));
   throw_failure(n);
+}
+
+void Coordinator::post_flight_state() noexcept {
+  FlightRecorder* recorder = recorder_.load();
+  if (!recorder || !recorder->enabled() || !store_) return;
+  dump_flight_recorders_on_event(rank());
+  try {
+    store_->set(str_cat(prefix_, "flight/", rank()), encode_flights(recorder->flights()));
+  } catch (const std::exception& e) {
+    MIRRORED_LOG(debug, "flight recorder: could not post this worker's state: ", e.what());
+  }
+}
+
+std::string Coordinator::flight_report(double wait_s) noexcept {
+  FlightRecorder* recorder = recorder_.load();
+  if (!recorder || !recorder->enabled() || !store_) return "";
+  try {
+    dump_flight_recorders_on_event(rank());
+    std::vector<ReplicaFlight> all = recorder->flights();
+    store_->set(str_cat(prefix_, "flight/", rank()), encode_flights(all));
+    std::vector<std::string> silent;
+    const auto until =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait_s));
+    for (int w = 0; w < num_workers(); ++w) {
+      if (w == rank()) continue;
+      const double left = std::max(0.0, std::chrono::duration<double>(until - Clock::now()).count());
+      std::optional<std::string> state;
+      try {
+        state = store_->get(str_cat(prefix_, "flight/", w), left);
+      } catch (const std::exception&) {
+        // The store is gone: the worker counts as silent.
+      }
+      if (!state) {
+        silent.push_back(str_cat(name(w), " reported no state within ", wait_s, " s (stopped, hung or gone)"));
+        continue;
+      }
+      for (auto& f : decode_flights(*state)) all.push_back(std::move(f));
+    }
+    std::stable_sort(all.begin(), all.end(),
+                     [](const ReplicaFlight& a, const ReplicaFlight& b) { return a.worker < b.worker; });
+    return compose_flight_report(all, silent);
+  } catch (const std::exception& e) {
+    return str_cat("flight recorder: no report (", e.what(), ")");
+  }
 }
 
 void Coordinator::shutdown() noexcept {

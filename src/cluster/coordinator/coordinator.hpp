@@ -29,6 +29,10 @@
 #include "cluster/transport/transport.hpp"
 #include "mirrored/deadline.hpp"
 
+namespace mirrored::detail {
+class FlightRecorder;
+}  // namespace mirrored::detail
+
 namespace mirrored::detail::cluster {
 
 class StoreServer;
@@ -77,6 +81,17 @@ class Coordinator {
   /// Fails the job from outside a `collective` (a failure of the GPU path): publishes `notice`
   /// unless another failure came first, and returns the job's failure.
   FailureNotice fail(FailureNotice notice);
+  /// The local replicas' flight recorder (set once, before any collective).
+  void set_recorder(FlightRecorder& recorder) noexcept { recorder_.store(&recorder); }
+  /// "flight recorder: worker 1 replica 0 (CPU:0) last completed all_reduce #17 and has not
+  /// entered #18 for 10.0 s; every other replica waits in all_reduce #18": this worker posts its
+  /// replicas' state to the job's store and reads every other worker's, waiting up to `wait_s` in
+  /// all (a worker that posted nothing by then is named as silent: stopped, hung or gone). Also
+  /// dumps the rings when MIRRORED_FLIGHT_RECORDER_DIR is set. "" without a recorder; never throws.
+  std::string flight_report(double wait_s) noexcept;
+  /// Posts this worker's replicas' state for the others' reports (once the job failed).
+  void post_flight_state() noexcept;
+
   /// The job's failure as this worker knows it, if any.
   std::optional<FailureNotice> failure() {
     std::lock_guard lock(mu_);
@@ -106,6 +121,7 @@ class Coordinator {
   std::unique_ptr<TcpStoreClient> monitor_store_;
   std::unique_ptr<WorkerTransport> transport_;
 
+  std::atomic<FlightRecorder*> recorder_{nullptr};
   std::atomic<int64_t> seq_{0};
   std::atomic<int64_t> in_flight_{0};  // the collective in progress (0: none)
 

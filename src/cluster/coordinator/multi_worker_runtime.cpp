@@ -17,6 +17,10 @@ namespace {
 
 using TimePoint = Coordinator::Clock::time_point;
 
+// How long a worker that found the workers' calls differ waits for the others' flight-recorder
+// states (they found it at the same moment and post theirs at once).
+constexpr double kMismatchReportWaitSeconds = 0.5;
+
 // Errors every worker raises together, from the same exchanged data: the job stays usable.
 class WorkersInvalidArgument : public InvalidArgumentError {
  public:
@@ -99,15 +103,19 @@ std::vector<CallHeader> exchange_calls(Coordinator& c, const std::string& text, 
     return str_cat("MultiWorkerMirroredStrategy: ", c.name(0), " called ", each[0], " but ",
                    c.name(static_cast<int>(w)), " called ", each[w]);
   };
+  // Every worker gets here at once: each posts its replicas' state and reads the others'.
+  const std::string report = c.flight_report(kMismatchReportWaitSeconds);
+  const std::string tail = report.empty() ? report : "; " + report;
   for (std::size_t w = 1; w < each.size(); ++w) {
     if (op_of(each[w]) != op_of(each[0])) {
       throw WorkersFailedPrecondition(message(w) +
                                       " (some workers made a different number of collective calls, or made them in "
-                                      "a different order)");
+                                      "a different order)" +
+                                      tail);
     }
   }
   for (std::size_t w = 1; w < each.size(); ++w)
-    if (each[w] != each[0]) throw WorkersInvalidArgument(message(w));
+    if (each[w] != each[0]) throw WorkersInvalidArgument(message(w) + tail);
   throw WorkersFailedPrecondition(
       str_cat("MultiWorkerMirroredStrategy: the workers' calls differ, but their descriptions match: ", each[0]));
 }
@@ -203,6 +211,10 @@ void MultiWorkerRuntime::rethrow_gpu_failure(const char* what) {
     n.message = str_cat("MultiWorkerMirroredStrategy: ", what, ": ", n.message);
     throw_failure(n);
   }
+}
+
+void MultiWorkerRuntime::attach_recorder(FlightRecorder& recorder) {
+  if (coordinator_) coordinator_->set_recorder(recorder);
 }
 
 Coordinator& MultiWorkerRuntime::coordinator() {

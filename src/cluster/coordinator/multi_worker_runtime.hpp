@@ -48,6 +48,8 @@ class MultiWorkerRuntime : public WorkerStage {
   /// One 16-byte all-gather: the same-call check's exchange, carrying each worker's answer.
   int count_workers(const char* what, bool mine, const Deadline& deadline) override;
   void local_failure(const std::exception_ptr& error) noexcept override;
+  /// Failures of cross-worker collectives report every worker's replicas (Coordinator::flight_report).
+  void attach_recorder(FlightRecorder& recorder) override;
 
   /// Leaves the job (goodbye and shutdown barrier); later calls fail. Idempotent.
   void shutdown();
