@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "collectives/collective_helpers.hpp"
+#include "collectives/flight_recorder.hpp"
 #include "collectives/nest_structure.hpp"
 #include "collectives/ops_selection.hpp"
 #include "collectives/worker_stage.hpp"
