@@ -15,6 +15,15 @@
 ///                                       all_model_checkpoint_paths: "ckpt-12.safetensors"
 ///                                   the kept checkpoints, oldest first, the newest first named
 ///     DIR/*.tmp.<random>            temporary files of a save in progress or a crashed one
+///     DIR/.ckpt-spare.<random>      (two) a dropped checkpoint's file and the index a save
+///                                   replaced, kept by the manager to write its next save's
+///                                   data file and index into: overwriting blocks the file
+///                                   system holds is faster than deleting files and creating
+///                                   others. Removed by that manager's destructor, or as strays
+///                                   by a later save when the manager has gone. (So a reader
+///                                   still reading a checkpoint when a save more than
+///                                   `max_to_keep` saves later reuses its file sees it change:
+///                                   its checksum then fails.)
 ///
 /// A save holds a `flock` on the directory itself (one save of a directory at a time, across
 /// processes; no lock file to create or remove), so every temporary file it finds belongs to a
@@ -30,7 +39,8 @@
 /// A save writes the data file atomically (see `save_tensors`; durability: see
 /// `CheckpointManagerOptions::sync_directory`), then the index (atomically, after the data file),
 /// then deletes the checkpoints beyond `max_to_keep` and any other
-/// `ckpt-<n>.safetensors` the index does not keep (the directory belongs to the manager). A crash
+/// `ckpt-<n>.safetensors` the index does not keep (the directory belongs to the manager), keeping
+/// one of them as the spare. A crash
 /// at any point leaves the previous checkpoint usable and indexed; the next save removes the
 /// temporary and lock files that the crashed one left. `latest_checkpoint` reads the index; when
 /// the index is missing or corrupt (or names a file that is gone) it takes the highest-numbered
@@ -217,6 +227,10 @@ class CheckpointManager {
   // from: while the index file is that inode, the next save need not read it back.
   std::vector<std::string> index_cache_;
   unsigned long long index_inode_ = 0;
+  // The spares (names in directory_) the next save writes its data file and its index into, or
+  // empty.
+  std::string spare_;
+  std::string index_spare_;
   std::map<std::string, detail::CheckpointTrackable> tracked_;  // saved and restored in name order
   std::map<std::string, TrackedVariable> variables_;
   Metadata metadata_;

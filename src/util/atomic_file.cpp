@@ -33,13 +33,17 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-std::string random_suffix() {
+}  // namespace
+
+std::string AtomicFileWriter::random_suffix() {
   static std::random_device device;
   const std::uint64_t v = (static_cast<std::uint64_t>(device()) << 32) ^ device();
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
   return buf;
 }
+
+namespace {
 
 /// Closes a descriptor on scope exit unless released.
 class Fd {
@@ -89,6 +93,29 @@ AtomicFileWriter::AtomicFileWriter(std::string path, std::string prefix, Locking
     unlock();
     throw;
   }
+}
+
+AtomicFileWriter::AtomicFileWriter(std::string path, std::string prefix, const std::string& reuse)
+    : path_(std::move(path)), prefix_(std::move(prefix)), dir_(directory_of(path_)) {
+  if (!adopt(reuse)) create_temp();
+}
+
+bool AtomicFileWriter::adopt(const std::string& reuse) {
+  if (reuse.empty()) return false;
+  // Checked on what was opened: a symlink (O_NOFOLLOW) or FIFO (O_NONBLOCK) put in its place is
+  // never written through or waited on, nor a file linked elsewhere.
+  Fd fd(::open(reuse.c_str(), O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (fd.get() < 0 && errno == ENOENT) return false;
+  struct stat st {};
+  if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+      st.st_uid != ::geteuid()) {
+    ::unlink(reuse.c_str());  // the caller's own name, for a file of no further use
+    return false;
+  }
+  fd_ = fd.release();
+  temp_ = reuse;
+  reused_size_ = static_cast<long long>(st.st_size);
+  return true;
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -168,14 +195,26 @@ void AtomicFileWriter::sync_directory(const std::string& prefix, const std::stri
   fsync_directory(prefix, dir);
 }
 
-void AtomicFileWriter::commit(bool sync_file, bool sync_directory) {
+std::string AtomicFileWriter::commit(bool sync_file, bool sync_directory, bool keep_old) {
+  if (reused_size_ >= 0) {
+    // The new version ends where the writes did; the old one may have been longer.
+    const off_t end = ::lseek(fd_, 0, SEEK_CUR);
+    if (end < 0) throw_file_error(prefix_, "seeking in", temp_, errno);
+    if (end < reused_size_ && ::ftruncate(fd_, end) != 0) throw_file_error(prefix_, "truncating", temp_, errno);
+  }
   if (sync_file && ::fsync(fd_) != 0) throw_file_error(prefix_, "fsyncing", temp_, errno);
-  if (::rename(temp_.c_str(), path_.c_str()) != 0) throw_file_error(prefix_, "renaming", temp_, errno);
+  std::string old_version;
+  if (keep_old && ::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, path_.c_str(), RENAME_EXCHANGE) == 0) {
+    old_version = temp_;
+  } else if (::rename(temp_.c_str(), path_.c_str()) != 0) {
+    throw_file_error(prefix_, "renaming", temp_, errno);
+  }
   committed_ = true;
   const int fd = std::exchange(fd_, -1);
   if (::close(fd) != 0) throw_file_error(prefix_, "closing", path_, errno);
   if (sync_directory) fsync_directory(prefix_, dir_);
   unlock();
+  return old_version;
 }
 
 }  // namespace mirrored::detail

@@ -52,11 +52,13 @@ struct Header {
 /// format). `sync_directory` false skips the directory's fsync after the rename (the file itself
 /// is always fsynced before it: the caller syncs the directory, or accepts that a machine crash may
 /// undo the rename). `caller_holds_lock`: the caller holds a lock that excludes every other writer
-/// of `path` and has removed the temporary files of crashed saves (no lock file of its own).
+/// of `path` and has removed the temporary files of crashed saves (no lock file of its own);
+/// with it, a non-empty `reuse` names a file of the caller's that is no longer needed, written
+/// over instead of a new temporary file (see `detail::AtomicFileWriter`).
 /// \throws what `save_tensors` throws; InvalidArgumentError for another library key.
 void save_tensors_with(const std::string& path, const TensorMap& tensors, const Metadata& metadata,
                        const Metadata& library_metadata, bool sync_directory = true,
-                       bool caller_holds_lock = false);
+                       bool caller_holds_lock = false, const std::string& reuse = {});
 
 /// Parses a header. \throws InvalidArgumentError naming `path` for anything that is not a valid
 /// safetensors header.

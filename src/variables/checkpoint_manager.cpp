@@ -11,11 +11,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
 #include <string_view>
 #include <system_error>
+#include <utility>
 
 #include "mirrored/detail/format.hpp"
 #include "runtime/default_strategy.hpp"
@@ -59,9 +61,14 @@ std::optional<int64_t> step_of(std::string_view name) {
   return step;
 }
 
+/// A dropped checkpoint's file kept to write the next save into: `.ckpt-spare.<suffix>`.
+constexpr std::string_view kSparePrefix = ".ckpt-spare.";
+
 /// A stray file of a crashed save: `ckpt-<n>.safetensors.tmp.<suffix>`, `checkpoint.tmp.<suffix>`,
-/// or the lock files earlier versions made (`ckpt-<n>.safetensors.lock`, `checkpoint.lock`).
+/// a spare of a manager that has gone (another manager's spare is only kept while it is the one
+/// saving), or the lock files earlier versions made (`ckpt-<n>.safetensors.lock`, `checkpoint.lock`).
 bool is_stray(std::string_view name) {
+  if (name.substr(0, kSparePrefix.size()) == kSparePrefix) return name.size() > kSparePrefix.size();
   if (name.substr(0, kIndexName.size()) == kIndexName) {
     const std::string_view rest = name.substr(kIndexName.size());
     return rest == ".lock" || (rest.size() > 5 && rest.substr(0, 5) == ".tmp.");
@@ -239,6 +246,9 @@ CheckpointManager::CheckpointManager(Strategy& strategy, std::string directory, 
 }
 
 CheckpointManager::~CheckpointManager() {
+  // Files of this manager's alone (random names).
+  for (const std::string* spare : {&spare_, &index_spare_})
+    if (!spare->empty()) ::unlink((directory_ + "/" + *spare).c_str());
   if (dir_fd_ >= 0) ::close(dir_fd_);
 }
 
@@ -434,18 +444,39 @@ std::string CheckpointManager::save(int64_t step) {
       // The data file is fsynced before its rename, so no machine crash leaves a partial file
       // under a checkpoint's name; the index is not (a hint: a truncated or lost one makes
       // latest_checkpoint scan the directory).
+      // Into the spare when there is one (the file of a checkpoint an earlier save dropped): taken
+      // now, whether or not it can be used (if not, it is gone, or removed with the strays below).
+      const std::string spare = std::exchange(spare_, std::string());
       internal::save_tensors_with(path, tensors, metadata_, {{mf::kStepKey, std::to_string(step)}},
-                                  /*sync_directory=*/false, /*caller_holds_lock=*/true);
+                                  /*sync_directory=*/false, /*caller_holds_lock=*/true,
+                                  spare.empty() ? spare : directory_ + "/" + spare);
       index.kept.erase(std::remove(index.kept.begin(), index.kept.end(), name), index.kept.end());
       index.kept.push_back(name);
       if (index.kept.size() > static_cast<std::size_t>(max_to_keep_))
         index.kept.erase(index.kept.begin(), index.kept.end() - max_to_keep_);
       {
-        detail::AtomicFileWriter index_file(index_path, who, detail::AtomicFileWriter::Locking::held_by_caller);
+        // Written into the previous index's file when this manager kept it, and exchanged with
+        // the index there now, which becomes the spare of the next save's index.
+        const std::string spare = std::exchange(index_spare_, std::string());
+        detail::AtomicFileWriter index_file =
+            spare.empty() ? detail::AtomicFileWriter(index_path, who, detail::AtomicFileWriter::Locking::held_by_caller)
+                          : detail::AtomicFileWriter(index_path, who, directory_ + "/" + spare);
         mf::write_all_fd(index_file.fd(), mf::format_index(index), who, index_file.temp_path());
         struct stat written {};
         const bool known = ::fstat(index_file.fd(), &written) == 0;
-        index_file.commit(/*sync_file=*/false, /*sync_directory=*/false);
+        const std::string old_index = index_file.commit(/*sync_file=*/false, /*sync_directory=*/false,
+                                                        /*keep_old=*/true);
+        if (!spare.empty() && old_index == directory_ + "/" + spare) {
+          index_spare_ = spare;  // the spare's name now holds the index just replaced
+        } else if (!old_index.empty()) {
+          // The first exchange: the replaced index is under a temporary name; give it a spare's.
+          std::string name = str_cat(mf::kSparePrefix, detail::AtomicFileWriter::random_suffix());
+          if (::renameat2(AT_FDCWD, old_index.c_str(), AT_FDCWD, (directory_ + "/" + name).c_str(),
+                          RENAME_NOREPLACE) == 0)
+            index_spare_ = std::move(name);
+          else
+            ::unlink(old_index.c_str());
+        }
         if (known) {
           index_cache_ = index.kept;
           index_inode_ = static_cast<unsigned long long>(written.st_ino);
@@ -455,16 +486,25 @@ std::string CheckpointManager::save(int64_t step) {
       if (options_.sync_directory) detail::AtomicFileWriter::sync_directory(who, directory_);
       // One pass over the directory: what crashed saves left (temporary files; none is this
       // save's, whose files are renamed by now), and the data files the index no longer keeps
-      // (older ones, and any a crash left unindexed).
+      // (older ones, and any a crash left unindexed). The first of those becomes the spare that
+      // the next save writes into: renamed, not deleted (never over an existing name).
       if (DIR* d = ::opendir(directory_.c_str())) {
         while (const dirent* e = ::readdir(d)) {
           const std::string_view file = e->d_name;
+          if (file == spare_ || file == index_spare_) continue;  // this manager's spares
           if (mf::is_stray(file)) {
             ::unlinkat(::dirfd(d), e->d_name, 0);
             continue;
           }
           if (!mf::step_of(file) || std::find(index.kept.begin(), index.kept.end(), file) != index.kept.end())
             continue;
+          if (spare_.empty()) {
+            std::string candidate = str_cat(mf::kSparePrefix, detail::AtomicFileWriter::random_suffix());
+            if (::renameat2(::dirfd(d), e->d_name, ::dirfd(d), candidate.c_str(), RENAME_NOREPLACE) == 0) {
+              spare_ = std::move(candidate);
+              continue;
+            }
+          }
           if (::unlinkat(::dirfd(d), e->d_name, 0) != 0 && errno != ENOENT)
             MIRRORED_LOG(warn, who, "could not delete the old checkpoint '", directory_, "/", file,
                          "': ", std::strerror(errno));

@@ -185,6 +185,22 @@ inline std::vector<std::string> listing(const std::string& dir) {
   return out;
 }
 
+/// The spares a live manager keeps in `dir` (`.ckpt-spare.<random>`), sorted.
+inline std::vector<std::string> spares(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& name : listing(dir))
+    if (name.rfind(".ckpt-spare.", 0) == 0) out.push_back(name);
+  return out;
+}
+
+/// The names in `dir` but the spares, sorted.
+inline std::vector<std::string> listing_but_spares(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& name : listing(dir))
+    if (name.rfind(".ckpt-spare.", 0) != 0) out.push_back(name);
+  return out;
+}
+
 /// A scratch directory per test.
 class ManagerTest : public ::testing::Test {
  protected:

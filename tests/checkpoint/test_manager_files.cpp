@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -147,10 +148,16 @@ TEST_F(ManagerTest, KilledMidSaveTheRestartUsesThePreviousCheckpointAndTheNextSa
     EXPECT_EQ(bits(restart.big.value()), bits(version(*restored)));
     committed = *restored;
 
-    // The next save cleans up after the crash.
+    // The next save cleans up after the crash: no file of the killed save survives it (the
+    // spares of the killed manager neither: the restarted one keeps at most two of its own).
+    const std::vector<std::string> before = spares(dir_);
     restart.m.save(committed);
     EXPECT_THAT(leftovers(dir_), ElementsAre());
-    for (const auto& name : listing(dir_)) EXPECT_TRUE(name == "checkpoint" || name.rfind("ckpt-", 0) == 0) << name;
+    for (const auto& name : listing_but_spares(dir_))
+      EXPECT_TRUE(name == "checkpoint" || name.rfind("ckpt-", 0) == 0) << name;
+    const std::vector<std::string> after = spares(dir_);
+    EXPECT_LE(after.size(), 2u);
+    for (const auto& name : after) EXPECT_EQ(std::count(before.begin(), before.end(), name), 0) << name;
   }
   EXPECT_EQ(self_kills_with_leftovers, (kKills + 1) / 2);  // each left its temporary file
 }
@@ -161,11 +168,78 @@ TEST_F(ManagerTest, StrayFilesOfCrashedSavesAreRemovedByTheNextSave) {
   m.track("w", w);
   m.save(1);
   for (const char* name : {"ckpt-7.safetensors.tmp.0123456789abcdef", "ckpt-7.safetensors.lock",
-                           "checkpoint.tmp.00000000deadbeef", "checkpoint.lock", "ckpt-9.safetensors"})
+                           "checkpoint.tmp.00000000deadbeef", "checkpoint.lock", "ckpt-9.safetensors",
+                           ".ckpt-spare.0123456789abcdef"})  // the last: a spare of a manager gone
     write_file(file(name), "partial");
   write_file(file("notes.txt"), "the user's");  // not the manager's: stays
   m.save(2);
-  EXPECT_THAT(listing(dir_), ElementsAre("checkpoint", "ckpt-1.safetensors", "ckpt-2.safetensors", "notes.txt"));
+  EXPECT_THAT(listing_but_spares(dir_),
+              ElementsAre("checkpoint", "ckpt-1.safetensors", "ckpt-2.safetensors", "notes.txt"));
+  // Left: this manager's spares (ckpt-9's file, the replaced index), not the planted one.
+  EXPECT_EQ(spares(dir_).size(), 2u);
+  EXPECT_FALSE(fs::exists(file(".ckpt-spare.0123456789abcdef")));
+}
+
+TEST_F(ManagerTest, ADroppedCheckpointsFileIsWrittenIntoByTheNextSaveAndTheSparesGoWithTheManager) {
+  Variable<float> w(Tensor<float>{1.0f, 2.0f, 3.0f});
+  {
+    checkpoint::CheckpointManager m(get_strategy(), dir_, /*max_to_keep=*/1);
+    m.track("w", w);
+    m.set_metadata("note", std::string(5000, 'x'));  // makes the first files longer than the later ones
+    m.save(1);
+    m.save(2);  // drops ckpt-1: its file becomes the spare
+    std::vector<std::string> kept = spares(dir_);
+    ASSERT_EQ(kept.size(), 2u);  // ckpt-1's file and the replaced index
+    struct stat a {}, b {};
+    ASSERT_EQ(::stat(file(kept[0]).c_str(), &a), 0);
+    ASSERT_EQ(::stat(file(kept[1]).c_str(), &b), 0);
+    const struct stat& data_spare = a.st_size > b.st_size ? a : b;
+    m.set_metadata("note", "short");
+    w.assign(Tensor<float>{7.0f, 8.0f, 9.0f});
+    m.save(3);  // written into ckpt-1's old file, cut to its new length
+    struct stat now {};
+    ASSERT_EQ(::stat(file("ckpt-3.safetensors").c_str(), &now), 0);
+    EXPECT_EQ(now.st_ino, data_spare.st_ino);
+    EXPECT_LT(now.st_size, data_spare.st_size);
+    EXPECT_THAT(listing_but_spares(dir_), ElementsAre("checkpoint", "ckpt-3.safetensors"));
+    EXPECT_EQ(spares(dir_).size(), 2u);
+  }
+  EXPECT_THAT(listing(dir_), ElementsAre("checkpoint", "ckpt-3.safetensors"));  // the destructor removed the spares
+  w.assign(Tensor<float>{0.0f, 0.0f, 0.0f});
+  checkpoint::CheckpointManager again(get_strategy(), dir_, 1);
+  again.track("w", w);
+  EXPECT_EQ(again.restore_or_initialize(), std::optional<int64_t>(3));
+  EXPECT_EQ(w.value().to_vector(), (std::vector<float>{7.0f, 8.0f, 9.0f}));
+  EXPECT_EQ(again.metadata("note"), std::optional<std::string>("short"));
+}
+
+TEST_F(ManagerTest, ASpareReplacedByASymlinkOrLinkedElsewhereIsNeverWrittenThrough) {
+  Variable<float> w(Tensor<float>{1.0f});
+  checkpoint::CheckpointManager m(get_strategy(), dir_, /*max_to_keep=*/1);
+  m.track("w", w);
+  const std::string victim = root_ + "/victim.bin";
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round == 0 ? "symlinks" : "hard links");
+    write_file(victim, "not a checkpoint");
+    m.save(10 * round + 1);
+    m.save(10 * round + 2);
+    const std::vector<std::string> kept = spares(dir_);
+    ASSERT_EQ(kept.size(), 2u);
+    for (const auto& name : kept) {
+      fs::remove(file(name));
+      if (round == 0)
+        fs::create_symlink(victim, file(name));
+      else
+        fs::create_hard_link(victim, file(name));
+    }
+    w.assign(Tensor<float>{static_cast<float>(round + 5)});
+    m.save(10 * round + 3);
+    EXPECT_EQ(read_file(victim), "not a checkpoint");
+    for (const auto& name : kept) EXPECT_FALSE(fs::exists(fs::symlink_status(file(name)))) << name;
+    EXPECT_EQ(checkpoint::load(file("ckpt-" + std::to_string(10 * round + 3) + ".safetensors")).get<float>("w").to_vector(),
+              (std::vector<float>{static_cast<float>(round + 5)}));
+    fs::remove(victim);
+  }
 }
 
 /// A Python interpreter with `safetensors` and `numpy`, or "" when there is none.

@@ -93,7 +93,7 @@ TEST_F(ManagerTest, PeriodicSavesHappenEverySaveEverySteps) {
   PreemptionCheckpointHandler h(m.strategy, mgr, /*save_every_steps=*/3);
   h.exit_fn = [](int) { ADD_FAILURE() << "no preemption was asked for"; };
   for (int i = 0; i < 7; ++i) step(m, h);
-  EXPECT_EQ(listing(dir_), (std::vector<std::string>{"checkpoint", "ckpt-3.safetensors", "ckpt-6.safetensors"}));
+  EXPECT_EQ(listing_but_spares(dir_), (std::vector<std::string>{"checkpoint", "ckpt-3.safetensors", "ckpt-6.safetensors"}));
   // A crash now loses step 7 only: a new handler resumes at 6.
   Model again(2, Opt::momentum, true, 1);
   checkpoint::CheckpointManager mgr2(again.strategy, dir_, 10);
