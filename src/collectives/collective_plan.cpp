@@ -171,6 +171,7 @@ void CollectivePlan::reduction(const char* what, CollectiveKind kind, int replic
   if (group_.size() == 1) {
     CollectiveStep solo(mine, deadline);
     run(solo, nullptr);
+    flight.done();
     return;
   }
   join_traced(group_, replica, kind, &mine, deadline);
@@ -180,6 +181,7 @@ void CollectivePlan::reduction(const char* what, CollectiveKind kind, int replic
     run(step, &group_);
     step.sync();
   });
+  flight.done();
 }
 
 void CollectivePlan::all_reduce(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
@@ -205,6 +207,7 @@ std::vector<UntypedTensor> CollectivePlan::all_gather(int replica, const Untyped
   if (group_.size() == 1) {
     CollectiveStep solo(mine, deadline);
     stage_->all_gather(axis, *local_, solo, nullptr, outs);
+    flight.done();
     return outs;
   }
   join_traced(group_, replica, CollectiveKind::all_gather, &mine, deadline);
@@ -214,6 +217,7 @@ std::vector<UntypedTensor> CollectivePlan::all_gather(int replica, const Untyped
     stage_->all_gather(axis, *local_, step, &group_, outs);
     step.sync();
   });
+  flight.done();
   return outs;
 }
 
@@ -225,6 +229,7 @@ void CollectivePlan::merge_call(int replica, const void* payload, const std::typ
   if (n == 1) {
     on_first({payload});
     take(payload);
+    flight.done();
     return;
   }
   const MergePost mine{payload, &signature};
@@ -250,6 +255,7 @@ void CollectivePlan::merge_call(int replica, const void* payload, const std::typ
     take(post(0).payload);
     group_.sync(replica, group_.deadline());  // replica 0's result lives until every replica has its copy
   });
+  flight.done();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ struct FlightEntry {
   static constexpr int kMaxDims = 4;
   int64_t shape[kMaxDims] = {};
   int64_t bytes = 0;
-  int64_t issue_ns = 0, start_ns = 0, end_ns = 0;  // steady clock; 0: not yet
+  int64_t issue_ns = 0, start_ns = 0, end_ns = 0;  // steady clock (ns); 0: not yet
 };
 
 /// The entries' capacity from MIRRORED_FLIGHT_RECORDER_ENTRIES (default 256; 0 turns the
@@ -73,6 +73,7 @@ class FlightRing {
     std::atomic<uint64_t> meta{0};   // kind, op, dtype, async, ndims
     std::atomic<uint32_t> state{0};  // FlightState
     std::atomic<int64_t> shape[FlightEntry::kMaxDims];
+    // Ticks of the ring's clock (flight_recorder.cpp), converted by snapshot(); 0: not yet.
     std::atomic<int64_t> bytes{0}, issue_ns{0}, start_ns{0}, end_ns{0};
   };
   Slot* slot_of(uint64_t seq) const noexcept;
@@ -149,13 +150,15 @@ void dump_flight_recorders(const std::string& path);
 void dump_flight_recorders_on_event(int worker) noexcept;
 
 /// A RAII record of one collective on a replica's ring: issued (or adopted, for an asynchronous
-/// one issued earlier) at construction, entered by `enter`, done at destruction -- failed when
-/// destroyed by an exception.
+/// one issued earlier) at construction, ended at destruction: done when `done()` was called
+/// first (where the collective returns), else failed (destroyed by an exception). An explicit
+/// `done()` rather than `std::uncaught_exceptions()` twice: the two calls were a tenth of a
+/// recorded collective's cost.
 class FlightCall {
  public:
   FlightCall(FlightRing& ring, CollectiveKind kind, int op, int dtype, const std::vector<int64_t>* shape, int64_t bytes,
              bool async, uint64_t adopted_seq = 0) noexcept
-      : ring_(ring), exceptions_(std::uncaught_exceptions()) {
+      : ring_(ring) {
     // A collective made of others (an optimizer step's reduction) is one entry.
     if (active_) return;
     active_ = true;
@@ -176,8 +179,10 @@ class FlightCall {
   ~FlightCall() {
     if (!outer_) return;
     active_ = false;
-    ring_.end(seq_, std::uncaught_exceptions() == exceptions_);
+    ring_.end(seq_, ok_);
   }
+  /// The collective succeeded (call it on every path that returns normally).
+  void done() noexcept { ok_ = true; }
   FlightCall(const FlightCall&) = delete;
   FlightCall& operator=(const FlightCall&) = delete;
 
@@ -191,8 +196,8 @@ class FlightCall {
   static inline thread_local bool active_ = false;
   FlightRing& ring_;
   uint64_t seq_ = 0;
-  int exceptions_;
   bool outer_ = false;
+  bool ok_ = false;
 };
 
 }  // namespace mirrored::detail

@@ -162,11 +162,15 @@ void CollectivePlan::apply_gradients(int replica, OptimizerStep& mine, const Dea
       // before anyone returns.
       step.sync();
     });
-    if (fused) return;
+    if (fused) {
+      flight.done();
+      return;
+    }
   }
   if (!mine.sharded) {
     if (n * stage_->num_workers() == 1) {
       update_copies(mine, mine.grads);  // the sum of one replica's gradients
+      flight.done();
       return;
     }
     std::vector<UntypedTensor> reduced;
@@ -177,9 +181,11 @@ void CollectivePlan::apply_gradients(int replica, OptimizerStep& mine, const Dea
                                        mine.communication.compression};
     all_reduce(CollectiveKind::all_reduce, replica, post, deadline);
     update_copies(mine, reduced);
+    flight.done();
     return;
   }
   apply_sharded(replica, mine, deadline);
+  flight.done();
 }
 
 void CollectivePlan::apply_sharded(int replica, OptimizerStep& mine, const Deadline& deadline) {

@@ -24,6 +24,7 @@
 #include "mirrored/timeline.hpp"
 #include "util/log.hpp"
 #include "util/spin.hpp"
+#include "util/tick_clock.hpp"
 #include "util/timeline_file.hpp"
 
 namespace mirrored::detail::timeline {
@@ -105,49 +106,9 @@ std::string os_thread_name() {
   return buf;
 }
 
-// The time-stamp counter stamps events where the kernel keeps time with it itself (it then runs
-// at a constant rate and agrees across cores); MIRRORED_TIMELINE_CLOCK=steady keeps the steady clock.
-bool tsc_is_the_clock() {
-#if defined(__x86_64__)
-  static const bool tsc = [] {
-    if (const char* env = std::getenv("MIRRORED_TIMELINE_CLOCK"); env && std::string(env) == "steady") return false;
-    const int fd = ::open("/sys/devices/system/clocksource/clocksource0/current_clocksource",
-                          O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return false;
-    char buf[16] = {};
-    const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-    ::close(fd);
-    return n >= 3 && std::string(buf, static_cast<std::size_t>(n)).rfind("tsc", 0) == 0 &&
-           (n == 3 || buf[3] == '\n');
-  }();
-  return tsc;
-#else
-  return false;
-#endif
-}
+using tick_clock::Anchor;
 
-// A (counter, steady clock) pair: ticks become nanoseconds by interpolating between such pairs.
-struct Anchor {
-  std::int64_t ticks;
-  std::int64_t ns;
-};
-
-// Reads both clocks back to back; retried when something (preemption) came between the reads.
-Anchor take_anchor() noexcept {
-  Anchor best{0, 0};
-  std::int64_t best_gap = -1;
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    const std::int64_t before = now_ns();
-    const std::int64_t ticks = now_ticks();
-    const std::int64_t after = now_ns();
-    if (best_gap < 0 || after - before < best_gap) {
-      best = {ticks, before + (after - before) / 2};
-      best_gap = after - before;
-    }
-    if (best_gap < 1000) break;
-  }
-  return best;
-}
+Anchor take_anchor() noexcept { return tick_clock::take_anchor(g_use_tsc.load(std::memory_order_relaxed)); }
 
 struct Session {
   std::uint64_t id = 0;
@@ -218,8 +179,7 @@ std::int64_t to_ns(const Session& s, std::int64_t t) {
   if (i + 1 >= s.anchors.size()) i = s.anchors.size() - 2;
   const Anchor& a = s.anchors[i];
   const Anchor& b = s.anchors[i + 1];
-  const double ns_per_tick = static_cast<double>(b.ns - a.ns) / static_cast<double>(b.ticks - a.ticks);
-  return a.ns - first.ns + std::llround(static_cast<double>(t - a.ticks) * ns_per_tick);
+  return tick_clock::to_ns(t, a, b) - first.ns;
 }
 
 // Converts and writes the events of `r` up to `head` (read before the newest anchor was taken).
@@ -369,7 +329,7 @@ void start_session(const std::string& requested) {
   {
     std::unique_lock lock(rec.mu);
     raw->id = rec.next_id++;
-    g_use_tsc.store(tsc_is_the_clock(), std::memory_order_relaxed);  // before the session is published
+    g_use_tsc.store(tick_clock::tsc_is_the_clock(), std::memory_order_relaxed);  // before the session is published
     raw->anchors.push_back(take_anchor());
     raw->writer = std::thread(writer_loop, raw);  // waits for `mu` before it looks at the session
     pthread_setname_np(raw->writer.native_handle(), "mirrored/tl");
@@ -416,10 +376,7 @@ bool decide_from_environment() noexcept {
   return g_state.load(std::memory_order_relaxed) == static_cast<int>(State::on);
 }
 
-std::int64_t now_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+std::int64_t now_ns() noexcept { return tick_clock::now_ns(); }
 
 namespace {
 

@@ -21,9 +21,8 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
-#if defined(__x86_64__)
-#include <x86intrin.h>
-#endif
+
+#include "util/tick_clock.hpp"
 
 namespace mirrored::detail::timeline {
 
@@ -56,10 +55,7 @@ extern std::atomic<bool> g_use_tsc;
 /// A counter read costs about half a steady-clock read on a VM; the writer converts ticks to
 /// nanoseconds through (counter, steady clock) pairs it takes as it goes.
 inline std::int64_t now_ticks() noexcept {
-#if defined(__x86_64__)
-  if (g_use_tsc.load(std::memory_order_relaxed)) return static_cast<std::int64_t>(__rdtsc());
-#endif
-  return now_ns();
+  return tick_clock::now(g_use_tsc.load(std::memory_order_relaxed));
 }
 
 /// Most arguments one event carries.
