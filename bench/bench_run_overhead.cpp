@@ -32,13 +32,16 @@
 //                                ratio - 1 (the target is <= 0.05)
 //   write_us                     `stop` (format, write, close) per run of the batch
 //
-// BM_FlightRecorderOverhead: the flight recorder (API.md §15) on against off, in one process: two
-// strategies of N CPU replicas, one made with MIRRORED_FLIGHT_RECORDER_ENTRIES=0 (off), one with
-// the default ring; each iteration times a batch on each (order alternating), of empty runs
+// BM_FlightRecorderOverhead: the flight recorder (API.md §15) on against off, in one process: one
+// strategy of N CPU replicas whose rings are paused and resumed between batches (a private switch);
+// each iteration times a batch with and one without (order alternating), of empty runs
 // (bytes = 0) or of runs making one 64 KiB all-reduce each (bytes = 65536).
 //   off_us, on_us                wall µs per run without / with the recorder
 //   overhead, overhead_med       on_us / off_us - 1, and the median over iterations of the paired
 //                                ratio - 1 (the target is within ±0.01)
+//   overhead_lo, overhead_hi     a 95 % confidence interval of overhead_med (order statistics)
+//   call_ns, call_share          (64 KiB) one recorded collective timed alone in the same run, and
+//                                its share of a run without the recorder: the recorder's own work
 // BM_FlightCall: one recorded collective alone (issue, enter, end on one ring; private API), ns.
 #include <benchmark/benchmark.h>
 
@@ -50,6 +53,7 @@
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -253,13 +257,14 @@ void BM_FlightRecorderOverhead(benchmark::State& state) {
   const int64_t bytes = state.range(1);
   std::vector<std::string> devices;
   for (int r = 0; r < n; ++r) devices.push_back("CPU:" + std::to_string(r));
-  // The switch is read when a strategy is made.
-  setenv("MIRRORED_FLIGHT_RECORDER_ENTRIES", "0", 1);
-  MirroredStrategy off(devices);
-  unsetenv("MIRRORED_FLIGHT_RECORDER_ENTRIES");
-  MirroredStrategy on(devices);
+  // One strategy, its rings paused and resumed between batches: the same threads, buffers and
+  // caches on both sides (two strategies, one made with the recorder off, differed by a few
+  // percent even in empty runs, where the recorder records nothing).
+  MirroredStrategy strategy(devices);
   const auto value = mirrored::Tensor<float>::full({bytes / static_cast<int64_t>(sizeof(float))}, 1.0f);
-  auto batch = [&](MirroredStrategy& s) {
+  auto batch = [&](bool recording) {
+    mirrored::detail::set_flight_recording(recording);
+    MirroredStrategy& s = strategy;
     const auto t0 = Clock::now();
     for (int i = 0; i < kFlightBatch; ++i) {
       if (bytes == 0)
@@ -271,19 +276,19 @@ void BM_FlightRecorderOverhead(benchmark::State& state) {
     }
     return seconds(Clock::now() - t0);
   };
-  batch(off);  // warm-up: threads started, pools filled
-  batch(on);
+  batch(false);  // warm-up: threads started, pools filled
+  batch(true);
   double off_wall = 0, on_wall = 0;
   std::vector<double> paired;
   int64_t iters = 0;
   for (auto _ : state) {
     double t_off = 0, t_on = 0;
     if (iters % 2 == 0) {
-      t_off = batch(off);
-      t_on = batch(on);
+      t_off = batch(false);
+      t_on = batch(true);
     } else {
-      t_on = batch(on);
-      t_off = batch(off);
+      t_on = batch(true);
+      t_off = batch(false);
     }
     off_wall += t_off;
     on_wall += t_on;
@@ -297,6 +302,31 @@ void BM_FlightRecorderOverhead(benchmark::State& state) {
   state.counters["on_us"] = on_wall / calls * 1e6;
   state.counters["overhead"] = on_wall / off_wall - 1;
   state.counters["overhead_med"] = median(paired) - 1;
+  // A 95 % confidence interval of that median, distribution-free: the order statistics at
+  // n/2 -+ 0.98 sqrt(n) (the binomial(n, 1/2) quantiles, normal approximation).
+  std::sort(paired.begin(), paired.end());
+  const double half = 0.98 * std::sqrt(static_cast<double>(paired.size()));
+  const auto rank = [&](double r) {
+    return paired[static_cast<std::size_t>(std::clamp(r, 0.0, static_cast<double>(paired.size() - 1)))];
+  };
+  state.counters["overhead_lo"] = rank(std::floor(paired.size() / 2.0 - half)) - 1;
+  state.counters["overhead_hi"] = rank(std::ceil(paired.size() / 2.0 + half)) - 1;
+  // What the recorder's own work is of a run: one recorded collective per run (none in an empty
+  // one), timed alone on a ring here, against the run without the recorder.
+  if (bytes) {
+    mirrored::detail::FlightRing ring(256);
+    const std::vector<int64_t> shape{bytes / static_cast<int64_t>(sizeof(float))};
+    constexpr int kCalls = 200000;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kCalls; ++i) {
+      mirrored::detail::FlightCall call(ring, mirrored::detail::CollectiveKind::all_reduce, 0, 0, &shape, bytes, false);
+      call.done();
+    }
+    const double call_s = seconds(Clock::now() - t0) / kCalls;
+    benchmark::DoNotOptimize(ring.next_seq());
+    state.counters["call_ns"] = call_s * 1e9;
+    state.counters["call_share"] = call_s / (off_wall / calls);
+  }
   state.SetLabel("N=" + std::to_string(n) + (bytes ? " all_reduce 64KiB" : " empty run"));
 }
 

@@ -30,8 +30,8 @@ std::mutex& registry_mu() {
   static std::mutex mu;
   return mu;
 }
-std::vector<const FlightRecorder*>& registry() {
-  static std::vector<const FlightRecorder*> all;
+std::vector<FlightRecorder*>& registry() {
+  static std::vector<FlightRecorder*> all;
   return all;
 }
 
@@ -129,13 +129,15 @@ class Converter {
 // The ring.
 
 FlightRing::FlightRing(std::size_t capacity)
-    : capacity_(capacity), slots_(capacity ? std::make_unique<Slot[]>(capacity) : nullptr) {}
+    : capacity_(capacity), slots_(capacity ? std::make_unique<Slot[]>(capacity) : nullptr), recording_(capacity != 0) {
+  flight_clock::anchor();  // before any entry: the conversions' baseline starts here
+}
 
 FlightRing::Slot* FlightRing::slot_of(uint64_t seq) const noexcept { return &slots_[(seq - 1) % capacity_]; }
 
 uint64_t FlightRing::issue(CollectiveKind kind, int op, int dtype, const std::vector<int64_t>* shape, int64_t bytes,
                            bool async, bool entered) noexcept {
-  if (!capacity_) return 0;
+  if (!recording_.load(std::memory_order_relaxed)) return 0;
   const uint64_t seq = next_.load(std::memory_order_relaxed);
   next_.store(seq + 1, std::memory_order_relaxed);
   Slot& s = *slot_of(seq);
@@ -153,6 +155,11 @@ uint64_t FlightRing::issue(CollectiveKind kind, int op, int dtype, const std::ve
   s.end_ns.store(0, std::memory_order_relaxed);
   s.state.store(static_cast<uint32_t>(entered ? FlightState::waiting : FlightState::issued), std::memory_order_relaxed);
   s.seq.store(2 * seq, std::memory_order_release);
+  // The next entry's slot, into the cache while this collective runs: between two collectives the
+  // data they move evicts the ring, and a slot is two cache lines.
+  const char* next = reinterpret_cast<const char*>(slot_of(seq + 1));
+  __builtin_prefetch(next, 1, 3);
+  __builtin_prefetch(next + 64, 1, 3);
   return seq;
 }
 
@@ -297,7 +304,6 @@ std::vector<ReplicaFlight> decode_flights(const std::string& text) {
 // A strategy's recorder.
 
 FlightRecorder::FlightRecorder(int num_replicas) : created_ns_(flight_now_ns()) {
-  flight_clock::anchor();  // before any entry: the conversions' baseline starts here
   const std::size_t entries = flight_recorder_entries();
   for (int r = 0; r < num_replicas; ++r) {
     rings_.push_back(std::make_unique<FlightRing>(entries));
@@ -391,6 +397,11 @@ void FlightRecorder::append_json(std::string& out) const {
     out += "]}";
   }
   out += "]}";
+}
+
+void set_flight_recording(bool on) noexcept {
+  std::lock_guard lock(registry_mu());
+  for (FlightRecorder* r : registry()) r->set_recording(on);
 }
 
 void dump_flight_recorders(const std::string& path) {

@@ -53,6 +53,9 @@ class FlightRing {
   FlightRing& operator=(const FlightRing&) = delete;
 
   bool enabled() const noexcept { return capacity_ != 0; }
+  /// Pauses or resumes recording (a ring without capacity never records): for the overhead
+  /// benchmark, which compares the same replicas with and without it. Between runs only.
+  void set_recording(bool on) noexcept { recording_.store(on && capacity_ != 0, std::memory_order_relaxed); }
   /// A new entry (state issued, or waiting when `entered`); returns its sequence number (0 when
   /// the recorder is off). Only the ring's replica calls it.
   uint64_t issue(CollectiveKind kind, int op, int dtype, const std::vector<int64_t>* shape, int64_t bytes, bool async,
@@ -80,6 +83,7 @@ class FlightRing {
   std::size_t capacity_;
   std::unique_ptr<Slot[]> slots_;
   std::atomic<uint64_t> next_{1};
+  std::atomic<bool> recording_;
 };
 
 /// What one replica is doing, for the reports: its last completed collective and the one it is
@@ -117,6 +121,10 @@ class FlightRecorder {
   FlightRing& ring(int replica) noexcept { return *rings_[static_cast<std::size_t>(replica)]; }
   int size() const noexcept { return static_cast<int>(rings_.size()); }
   bool enabled() const noexcept { return rings_[0]->enabled(); }
+  /// `FlightRing::set_recording` on every ring.
+  void set_recording(bool on) noexcept {
+    for (auto& r : rings_) r->set_recording(on);
+  }
 
   /// Who the replicas are, for the reports (set once, before any collective).
   void set_identity(int worker, int num_workers, std::vector<std::string> devices);
@@ -143,6 +151,9 @@ class FlightRecorder {
   int64_t created_ns_;
 };
 
+/// `FlightRecorder::set_recording` on every live recorder of this process (the overhead
+/// benchmark's switch; between runs only).
+void set_flight_recording(bool on) noexcept;
 /// Writes every live recorder of this process to `path` (mirrored::flight_recorder::dump).
 void dump_flight_recorders(const std::string& path);
 /// With MIRRORED_FLIGHT_RECORDER_DIR set: the same to `<dir>/flight_recorder.worker<W>.json`, for

@@ -132,6 +132,46 @@ TEST(FlightRecorder, TheRingKeepsTheLast256AndNumbersGoOnAcrossRuns) {
   }
 }
 
+TEST(FlightRecorder, APausedRingRecordsNothingAndTimesAreSteadyClockNanoseconds) {
+  detail::FlightRing ring(8);
+  const std::vector<int64_t> shape{4, 5};
+  const int64_t before = detail::flight_now_ns();
+  {
+    detail::FlightCall call(ring, detail::CollectiveKind::all_reduce, 0, 0, &shape, 80, false);
+    std::this_thread::sleep_for(2ms);
+    call.done();
+  }
+  { detail::FlightCall failed(ring, detail::CollectiveKind::all_gather, -1, 0, &shape, 80, false); }
+  ring.set_recording(false);
+  {
+    detail::FlightCall paused(ring, detail::CollectiveKind::all_reduce, 0, 0, &shape, 80, false);
+    paused.done();
+  }
+  ring.set_recording(true);
+  {
+    detail::FlightCall again(ring, detail::CollectiveKind::merge_call, -1, -1, nullptr, 0, false);
+    again.done();
+  }
+  const int64_t after = detail::flight_now_ns();
+  const auto e = ring.snapshot();
+  ASSERT_EQ(e.size(), 3u);  // not the paused call
+  EXPECT_EQ(e[0].seq, 1u);
+  EXPECT_EQ(e[0].state, detail::FlightState::done);
+  EXPECT_EQ(e[1].seq, 2u);
+  EXPECT_EQ(e[1].state, detail::FlightState::failed);  // ended without done()
+  EXPECT_EQ(e[2].seq, 3u);
+  EXPECT_EQ(e[2].kind, detail::CollectiveKind::merge_call);
+  // Converted from ticks: within the steady-clock interval around the calls, in order, and the
+  // 2 ms sleep seen as at least 2 ms (less 1 % for the conversion's rate).
+  for (const auto& x : e) {
+    EXPECT_GE(x.issue_ns, before - 1000);
+    EXPECT_LE(x.end_ns, after + 1000);
+    EXPECT_LE(x.issue_ns, x.end_ns);
+  }
+  EXPECT_GE(e[0].end_ns - e[0].issue_ns, 1'980'000);
+  EXPECT_LE(e[0].end_ns, e[1].issue_ns + 1000);
+}
+
 TEST(FlightRecorder, ReplicaStuckInUserCodeIsNamedWithTheCollectiveItHasNotEntered) {
   MirroredStrategy s(cpus(3));
   const double timeout = 0.3;
