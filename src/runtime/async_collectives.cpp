@@ -8,6 +8,7 @@
 #include "collectives/collective_group.hpp"
 #include "collectives/collective_helpers.hpp"
 #include "collectives/flight_recorder.hpp"
+#include "device/gpu/gpu_backend.hpp"
 #include "device/gpu/gpu_runtime.hpp"
 #include "mirrored/replica_context.hpp"
 #include "runtime/default_strategy.hpp"
@@ -86,6 +87,8 @@ void AsyncRunner::run(AsyncCollective& job) noexcept {
   std::exception_ptr error;
   try {
     ReplicaContext& ctx = *job.ctx;
+    // The lane works for this replica: GPU messages name it, and what its kernels find is its.
+    const ActingReplicaScope acting(ctx.replica_id_in_sync_group());
     // The deadline made when the collective was issued. The watchdog aborts the group then and
     // reports the expiry; the waits below end a grace later, should they not see that abort.
     const Deadline backstop = job.deadline.extended(kCollectiveGraceSeconds);

@@ -41,6 +41,25 @@ using ReplicaIdSource = int (*)() noexcept;
 /// nullptr, messages name no replica.
 void set_replica_id_source(ReplicaIdSource source) noexcept;
 
+/// The replica the calling thread works for: the innermost ActingReplicaScope's, else the
+/// registered source's answer; -1 outside any replica. A GPU backend keeps it with what a kernel
+/// found (an integer division by zero), so that only that replica's synchronize raises it.
+int calling_replica_id() noexcept;
+
+/// While it lives, the calling thread (a thread of the library, such as an asynchronous
+/// collective's lane) works for replica `replica` (its id in the sync group): messages name it and
+/// the errors its kernels find are that replica's. Destroy it on the constructing thread.
+class ActingReplicaScope {
+ public:
+  explicit ActingReplicaScope(int replica) noexcept;
+  ~ActingReplicaScope();
+  ActingReplicaScope(const ActingReplicaScope&) = delete;
+  ActingReplicaScope& operator=(const ActingReplicaScope&) = delete;
+
+ private:
+  int outer_;
+};
+
 /// Records that physical GPU `physical` hit a sticky error described by `what` (its context is
 /// corrupt until the device is reset: every later call would fail). The first reason is kept.
 void mark_gpu_unusable(int physical, const std::string& what) noexcept;
