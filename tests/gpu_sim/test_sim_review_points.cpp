@@ -155,7 +155,7 @@ TEST(SimulatedGpuReviewPoints, AFailedPackLeavesEveryParameterAndSlotAsBefore) {
 
 // Review point 3. GPU:0 and GPU:1 share a chip (the fused on-chip all-reduce): wait() orders the
 // replica's stream after the collective and returns; only reading the value waits for the device.
-TEST(SimulatedGpuReviewPoints, DISABLED_WaitDoesNoHostWaitUntilTheValueIsRead) {
+TEST(SimulatedGpuReviewPoints, WaitDoesNoHostWaitUntilTheValueIsRead) {
   MirroredStrategy s({"GPU:0", "GPU:1"});
   const auto devices = s.extended().worker_devices();
   constexpr int kN = 4096;
