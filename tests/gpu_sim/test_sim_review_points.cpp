@@ -23,7 +23,6 @@
 namespace mirrored::review_points {
 
 using ::testing::HasSubstr;
-using ::testing::Not;
 using testing::kGpu0;
 using testing::kGpu1;
 using testing::kGpu2;
@@ -82,8 +81,9 @@ TEST(SimulatedGpuReviewPoints, ADivisionByZeroSurfacesOnTheReplicaWhoseKernelFou
     return get_replica_context()->all_reduce(
         ReduceOp::SUM, Tensor<float>::from_vector(ramp(64, r), {64}, devices[static_cast<std::size_t>(r)]));
   });
+  const std::vector<float> a = ramp(64, 0), b = ramp(64, 1);
   std::vector<float> want(64);
-  for (std::size_t i = 0; i < want.size(); ++i) want[i] = ramp(64, 0)[i] + ramp(64, 1)[i];
+  for (std::size_t i = 0; i < want.size(); ++i) want[i] = a[i] + b[i];
   EXPECT_EQ(ok[0].to_vector(), want);
   EXPECT_EQ(ok[1].to_vector(), want);
 }
@@ -115,7 +115,8 @@ TEST(SimulatedGpuReviewPoints, AFailedPackLeavesEveryParameterAndSlotAsBefore) {
   optimizers::Adam<> opt;
   opt.build(vars);
   optimizers::GradsAndVars<float> gv;
-  for (int k = 0; k < kVars; ++k) gv.emplace_back(grads[static_cast<std::size_t>(k)], vars[static_cast<std::size_t>(k)]);
+  for (int k = 0; k < kVars; ++k)
+    gv.emplace_back(grads[static_cast<std::size_t>(k)], vars[static_cast<std::size_t>(k)]);
   opt.apply_gradients(gv);  // slots that are not zeros
   auto snapshot = [&] {
     std::vector<std::vector<float>> all;
@@ -140,7 +141,8 @@ TEST(SimulatedGpuReviewPoints, AFailedPackLeavesEveryParameterAndSlotAsBefore) {
   // The device is usable, and the next step is the step that failed.
   optimizers::Adam<> ref;
   std::vector<Variable<float>> ref_vars;
-  for (int k = 0; k < kVars; ++k) ref_vars.emplace_back(Tensor<float>::from_vector(ramp(3 + k % 5, k), {3 + k % 5}, kGpu2));
+  for (int k = 0; k < kVars; ++k)
+    ref_vars.emplace_back(Tensor<float>::from_vector(ramp(3 + k % 5, k), {3 + k % 5}, kGpu2));
   ref.build(ref_vars);
   optimizers::GradsAndVars<float> ref_gv;
   for (int k = 0; k < kVars; ++k)
@@ -150,7 +152,8 @@ TEST(SimulatedGpuReviewPoints, AFailedPackLeavesEveryParameterAndSlotAsBefore) {
   opt.apply_gradients(gv);
   EXPECT_EQ(opt.iterations(), 2);
   for (int k = 0; k < kVars; ++k)
-    EXPECT_EQ(vars[static_cast<std::size_t>(k)].value().to_vector(), ref_vars[static_cast<std::size_t>(k)].value().to_vector());
+    EXPECT_EQ(vars[static_cast<std::size_t>(k)].value().to_vector(),
+              ref_vars[static_cast<std::size_t>(k)].value().to_vector());
 }
 
 // Review point 3. GPU:0 and GPU:1 share a chip (the fused on-chip all-reduce): wait() orders the
@@ -174,8 +177,9 @@ TEST(SimulatedGpuReviewPoints, WaitDoesNoHostWaitUntilTheValueIsRead) {
     in_wait[static_cast<std::size_t>(r)] = waited - before;
     in_read[static_cast<std::size_t>(r)] = transfer_counts(d).host_syncs - waited;
   });
+  const std::vector<float> a = ramp(kN, 0), b = ramp(kN, 1);
   std::vector<float> want(kN);
-  for (int i = 0; i < kN; ++i) want[static_cast<std::size_t>(i)] = ramp(kN, 0)[static_cast<std::size_t>(i)] + ramp(kN, 1)[static_cast<std::size_t>(i)];
+  for (std::size_t i = 0; i < want.size(); ++i) want[i] = a[i] + b[i];
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(in_wait[static_cast<std::size_t>(r)], 0u) << "replica " << r << ": host waits before the value was read";
     EXPECT_GE(in_read[static_cast<std::size_t>(r)], 1u) << "replica " << r << ": reading the value did not wait";
