@@ -184,10 +184,9 @@ class CudaBackend final : public GpuBackend {
     unsigned long long* div_flag_host = nullptr;
     bool div_pending = false;  // a division ran since the last check
     // The replica that launched the first division since the last check (-1: outside every
-    // replica), and where ("GPU:1 (physical GPU 0), replica 1"): only that replica's synchronize
-    // raises what the kernels found, so a collective's wait on another replica's stream leaves it.
+    // replica): only that replica's synchronize raises what the kernels found (naming it), so a
+    // collective's wait on another replica's stream leaves it.
     int div_replica = -1;
-    std::string div_where;
   };
   Lane& lane_for_call();
   /// A lane made on first use: its stream (and, for prefetch, `order`) exist before it is published.

@@ -2,8 +2,6 @@
 // kernels.cu on the calling thread's stream. Memory, copies, streams and events are in
 // cuda_backend.cpp.
 #include <limits>
-#include <string>
-#include <utility>
 
 #include "device/cuda/cuda_backend.hpp"
 #include "device/cuda/kernels.hpp"
@@ -32,7 +30,6 @@ void CudaBackend::binary(BinaryOp op, DType dtype, const void* a, bool a_scalar,
   // Integer division: the kernel records the first zero divisor on the device; the next
   // synchronize of this stream by the launching replica raises it (no host wait here).
   const int replica = calling_replica_id();
-  std::string where = describe_gpu_call_site(logical_, physical_);
   std::lock_guard lock(lane.mu);
   if (!lane.div_flag) {
     // Both buffers or neither: made into locals and published together.
@@ -64,10 +61,7 @@ void CudaBackend::binary(BinaryOp op, DType dtype, const void* a, bool a_scalar,
                         lane.stream),
         "cudaMemcpyAsync");
   count_device_to_host(sizeof(unsigned long long));
-  if (!lane.div_pending) {  // the first division since the last check names the owner
-    lane.div_replica = replica;
-    lane.div_where = std::move(where);
-  }
+  if (!lane.div_pending) lane.div_replica = replica;  // the first division since the last check
   lane.div_pending = true;
 }
 
@@ -82,7 +76,8 @@ void CudaBackend::raise_division_by_zero(Lane& lane) {
   if (at == std::numeric_limits<unsigned long long>::max()) return;
   *lane.div_flag_host = std::numeric_limits<unsigned long long>::max();
   check(cudaMemsetAsync(lane.div_flag, 0xFF, sizeof(unsigned long long), lane.stream), "cudaMemsetAsync");
-  throw InvalidArgumentError(str_cat("div: integer division by zero at element ", at, " on ", lane.div_where));
+  throw InvalidArgumentError(str_cat("div: integer division by zero at element ", at, " on ",
+                                     describe_gpu_call_site(logical_, physical_, lane.div_replica)));
 }
 
 void CudaBackend::sum_n(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count) {

@@ -45,8 +45,12 @@ void set_replica_id_source(ReplicaIdSource source) noexcept {
 }
 
 std::string describe_gpu_call_site(const Device& logical, int physical) {
+  return describe_gpu_call_site(logical, physical, calling_replica_id());
+}
+
+std::string describe_gpu_call_site(const Device& logical, int physical, int replica) {
   std::string where = logical.short_name() + " (physical GPU " + std::to_string(physical) + ")";
-  if (const int replica = calling_replica_id(); replica >= 0) where += ", replica " + std::to_string(replica);
+  if (replica >= 0) where += ", replica " + std::to_string(replica);
   return where;
 }
 

@@ -33,6 +33,8 @@ class GpuBackend : public DeviceBackend {
 /// "GPU:1 (physical GPU 0), replica 1": where a GPU call ran, for messages (the replica when the
 /// calling thread is inside a strategy's run, as the registered replica-id source says).
 std::string describe_gpu_call_site(const Device& logical, int physical);
+/// The same for a call made by replica `replica` (-1: none), as kept with what a kernel found.
+std::string describe_gpu_call_site(const Device& logical, int physical, int replica);
 
 /// The calling thread's replica id in its sync group, or -1 outside a replica.
 using ReplicaIdSource = int (*)() noexcept;

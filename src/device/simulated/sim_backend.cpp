@@ -268,14 +268,13 @@ void Backend::binary(BinaryOp op, DType dtype, const void* a, bool a_scalar, con
   // does); the host does not wait here.
   DivisionFlag* flag = &division_flag(current_stream());
   const int replica = calling_replica_id();
-  std::string where = describe_gpu_call_site(logical_, chip_.physical());
-  s.enqueue([=, where = std::move(where)] {
+  s.enqueue([=] {
     try {
       host_backend().binary(op, dtype, a, a_scalar, b, b_scalar, out, count);
     } catch (const InvalidArgumentError& e) {
       std::lock_guard lock(flag->mu);
       if (flag->error.empty()) {  // the first, like the smallest index on CUDA
-        flag->error = str_cat(e.what(), " on ", where);
+        flag->error = e.what();
         flag->replica = replica;
       }
     }
@@ -286,14 +285,15 @@ void Backend::raise_division_by_zero(StreamKind kind) {
   DivisionFlag& flag = division_flag(kind);
   const int caller = calling_replica_id();
   std::string error;
+  int replica = -1;
   {
     std::lock_guard lock(flag.mu);
     // Another replica's wait (a collective reading this replica's data) leaves it for its owner.
     if (flag.error.empty() || (flag.replica >= 0 && caller >= 0 && caller != flag.replica)) return;
     error = std::exchange(flag.error, std::string());
-    flag.replica = -1;
+    replica = std::exchange(flag.replica, -1);
   }
-  throw InvalidArgumentError(error);
+  throw InvalidArgumentError(str_cat(error, " on ", describe_gpu_call_site(logical_, chip_.physical(), replica)));
 }
 
 void Backend::sum_n(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count) {
