@@ -102,6 +102,31 @@ TEST(SimulatedGpuReviewPoints, AWaitThatKeepsFlagsLeavesTheDivisionForTheNextSyn
   EXPECT_NO_THROW(be.synchronize());  // raised once
 }
 
+// Review point 1, a real error path: replica 0 of a same-chip all-reduce fails after launching
+// its kernel (its "done" event cannot be recorded) and lets the kernels finish before it rethrows.
+// That wait must not swallow the division by zero replica 0's earlier kernel found: it is still
+// raised afterwards, once, naming replica 0.
+TEST(SimulatedGpuReviewPoints, AFailedCollectiveDoesNotSwallowADivisionByZero) {
+  MirroredStrategy s({"GPU:0", "GPU:1"});
+  ASSERT_EQ(s.extended().cross_device_ops().name(), "ReductionToOneDevice");
+  const auto devices = s.extended().worker_devices();
+  sim_backend(kGpu0).fail_record_event(1);  // "ready" is recorded, "done" fails
+  const std::string msg = message_of<InternalError>([&] {
+    s.run([&] {
+      ReplicaContext& ctx = *get_replica_context();
+      const int r = ctx.replica_id_in_sync_group();
+      const Device& d = devices[static_cast<std::size_t>(r)];
+      Tensor<int32_t> q;
+      if (r == 0) q = Tensor<int32_t>::from_vector({4, 5}, {2}, d) / Tensor<int32_t>::from_vector({0, 1}, {2}, d);
+      return ctx.all_reduce(ReduceOp::SUM, Tensor<float>::from_vector(ramp(64, r), {64}, d));
+    });
+  });
+  EXPECT_THAT(msg, HasSubstr("injected failure"));
+  EXPECT_THAT(message_of<InvalidArgumentError>([] { detail::backend_for(kGpu0).synchronize(); }),
+              HasSubstr("integer division by zero at element 0 on GPU:0 (physical GPU 0), replica 0"));
+  EXPECT_NO_THROW(detail::backend_for(kGpu0).synchronize());  // raised once
+}
+
 // Review point 2. 49 variables: two packs (48 + 1), then the step count. The second launch fails
 // after the first pack ran: every parameter, every slot and the step count stay as they were.
 TEST(SimulatedGpuReviewPoints, AFailedPackLeavesEveryParameterAndSlotAsBefore) {
