@@ -51,13 +51,19 @@ class PendingCollective {
   ~PendingCollective() { discard(); }
 
   /// The result, bitwise equal to what the synchronous `all_reduce` of the same values gives.
-  /// Blocks until the collective has run on the host; on a GPU the calling thread's stream then
-  /// waits for the communication stream and the value is returned without a host
-  /// synchronisation (reading it, e.g. `to_vector`, synchronises). \throws what the synchronous
-  /// call would (InvalidArgumentError for mismatched calls, FailedPreconditionError for a
-  /// different call sequence, DeadlineExceededError when the collective was not complete
-  /// `timeout_seconds` after it was issued, AbortedError when another replica failed);
-  /// FailedPreconditionError when there is nothing to wait for (already waited, or moved from).
+  /// Blocks until the library's communication thread has done the collective's host part (the
+  /// agreement checks, enqueuing the device work); on a GPU it makes no host wait for the device:
+  /// the calling thread's stream waits for the communication stream (an event) and the value is
+  /// returned at once, and only reading it (e.g. `to_vector`) waits for the device. \throws what
+  /// the synchronous call would (InvalidArgumentError for mismatched calls,
+  /// FailedPreconditionError for a different call sequence, DeadlineExceededError when the
+  /// collective was not complete `timeout_seconds` after it was issued, AbortedError when another
+  /// replica failed); FailedPreconditionError when there is nothing to wait for (already waited,
+  /// or moved from). A failure that only the device shows, after wait() returned, surfaces later:
+  /// a device error (sticky, e.g. an illegal address) from the synchronisation that reads the
+  /// value; an NCCL error or a collective NCCL did not complete by the deadline, which the
+  /// communication thread then finds, fails the replica's `run` (the communicators are aborted, so
+  /// the next collective fails too rather than hang); the value read meanwhile is not defined.
   V wait() {
     if (!job_) {
       throw FailedPreconditionError(

@@ -12,12 +12,17 @@
 //
 // Either way the sums are in replica order and the update is the backend's fused loop, so on CPU
 // replicas every path gives the same bits.
+#include <algorithm>
+#include <exception>
+#include <utility>
+
 #include "collectives/collective_plan.hpp"
 #include "collectives/flight_recorder.hpp"
 #include "collectives/packing.hpp"
 #include "mirrored/detail/balanced_split.hpp"
 #include "mirrored/detail/optimizer_step.hpp"
 #include "util/exceptions.hpp"
+#include "util/log.hpp"
 #include "util/timeline.hpp"
 
 namespace mirrored::detail {
@@ -109,33 +114,112 @@ class StepCounters {
   std::vector<UntypedTensor> copies_;
 };
 
+// The parameters and slots of the packs that run before the last launch of a step, as they were
+// before it: copied on their device's stream ahead of the first update, and copied back (in stream
+// order, after the packs that ran) when a later launch fails, so that a failed step changes
+// nothing. A copy within the device costs no host wait and needs no change to the update kernel;
+// a step of one launch per device (at most kMaxUpdateSegments variables) keeps nothing.
+class PackBackup {
+ public:
+  explicit PackBackup(DType dtype) : dtype_(dtype) {}
+
+  void keep(const Device& device, const UpdateSegment& seg) {
+    for (void* p : {seg.param, seg.slot[0], seg.slot[1]}) {
+      if (!p || seg.count == 0) continue;
+      Saved saved{device, p, make_untyped(dtype_, {seg.count}, device)};
+      backend_for(device).copy_within(saved.copy.data(), p, saved.copy.bytes());
+      saved_.push_back(std::move(saved));
+    }
+  }
+
+  // Puts back the first `entries` copies kept (those of the packs that ran), in stream order after
+  // them; the caller rethrows the failure.
+  void restore(std::size_t entries) noexcept {
+    try {
+      for (std::size_t i = 0; i < entries && i < saved_.size(); ++i)
+        backend_for(saved_[i].device).copy_within(saved_[i].where, saved_[i].copy.data(), saved_[i].copy.bytes());
+    } catch (const std::exception& e) {
+      // The device refuses even copies (a sticky error): its memory is lost with it, and the
+      // failure being reported already says so.
+      MIRRORED_LOG(warn, "apply_gradients: could not restore the parameters after a failed update: ", e.what());
+    }
+  }
+  std::size_t entries() const noexcept { return saved_.size(); }
+
+ private:
+  struct Saved {
+    Device device;
+    void* where;
+    UntypedTensor copy;
+  };
+  const DType dtype_;
+  std::vector<Saved> saved_;
+};
+
 }  // namespace
 
 void update_copies(const OptimizerStep& s, const std::vector<UntypedTensor>& grads) {
   StepCounters steps(s);
   const std::size_t elem = dtype_size(s.dtype);
-  for (const Pack& pack : update_packs(s)) {
-    const Device device = s.params[pack.leaves.front()].device();
-    std::vector<UntypedTensor> moved;  // gradients brought to their parameters' device
+  // Everything that can fail before an update runs is done for every pack first: the gradients
+  // brought to their parameters' device, the step counters, the segments, the backup.
+  struct Launch {
+    Device device;
     std::vector<UpdateSegment> segments;
+    const int64_t* step_in = nullptr;
+    std::size_t kept = 0;  // backup entries of this pack and those before it
+  };
+  std::vector<Launch> launches;
+  std::vector<UntypedTensor> moved;  // gradients brought to their parameters' device
+  for (const Pack& pack : update_packs(s)) {
+    Launch launch{s.params[pack.leaves.front()].device(), {}, nullptr, 0};
     for (std::size_t v : pack.leaves) {
       UpdateSegment seg;
       seg.param = s.params[v].data();
       seg.count = s.params[v].numel;
       for (int k = 0; k < 2; ++k) seg.slot[k] = s.slots[v][k].storage ? s.slots[v][k].data() : nullptr;
-      if (grads[v].device() == device) {
+      if (grads[v].device() == launch.device) {
         seg.grad = grads[v].data();
       } else {
-        moved.push_back(make_untyped(s.dtype, grads[v].shape, device));
-        copy_between(moved.back().data(), device, grads[v].data(), grads[v].device(), grads[v].numel * elem);
+        moved.push_back(make_untyped(s.dtype, grads[v].shape, launch.device));
+        copy_between(moved.back().data(), launch.device, grads[v].data(), grads[v].device(), grads[v].numel * elem);
         seg.grad = moved.back().data();
       }
-      segments.push_back(seg);
+      launch.segments.push_back(seg);
     }
-    backend_for(device).apply_optimizer(s.dtype, s.update, segments.data(), static_cast<int>(segments.size()),
-                                        steps.on(device), nullptr);
+    launch.step_in = steps.on(launch.device);
+    launches.push_back(std::move(launch));
   }
-  steps.write();
+  // The last pack writes the new count itself when it runs where the count lives: one launch less,
+  // and a step of one pack is then one launch, which either runs whole or not at all.
+  int64_t* const step_out = static_cast<int64_t*>(s.step_out.data());
+  const bool last_writes_step = !launches.empty() && launches.back().device == s.step_in.device();
+  // A launch that fails after others ran must find their parameters and slots as they were: every
+  // pack that may be followed by a launch is backed up before the first update.
+  PackBackup backup(s.dtype);
+  const std::size_t backed = last_writes_step ? launches.size() - 1 : launches.size();
+  if (launches.size() + (last_writes_step ? 0 : 1) > 1) {
+    for (std::size_t j = 0; j < backed; ++j) {
+      for (const UpdateSegment& seg : launches[j].segments) backup.keep(launches[j].device, seg);
+      launches[j].kept = backup.entries();
+    }
+  }
+  std::size_t ran = 0;  // packs launched
+  try {
+    for (const Launch& launch : launches) {
+      const bool writes_step = last_writes_step && &launch == &launches.back();
+      backend_for(launch.device)
+          .apply_optimizer(s.dtype, s.update, launch.segments.data(), static_cast<int>(launch.segments.size()),
+                           launch.step_in, writes_step ? step_out : nullptr);
+      ++ran;
+    }
+    if (!last_writes_step) steps.write();
+  } catch (...) {
+    // Packs 0 .. ran-1 ran (the last of them, when it wrote the step, cannot be among them).
+    const std::size_t undo = std::min(ran, backed);
+    backup.restore(undo == 0 ? 0 : launches[undo - 1].kept);
+    throw;
+  }
 }
 
 void CollectivePlan::apply_gradients(int replica, OptimizerStep& mine, const Deadline& deadline) {

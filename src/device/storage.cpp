@@ -32,10 +32,12 @@ Storage::~Storage() {
     return;
   }
   // The owner may reuse the memory as soon as it is released: kernels this thread queued on it
-  // must be done first (a host backend's work is complete already).
+  // must be done first (a host backend's work is complete already). Keeping flags: a division by
+  // zero found meanwhile is the replica's to raise at its next synchronize, not this destructor's
+  // to log and drop.
   if (!device_.is_host()) {
     try {
-      backend_->synchronize();
+      backend_->wait_keeping_flags(Deadline::after(default_synchronize_timeout_s()));
     } catch (const std::exception& e) {
       MIRRORED_LOG(warn, "releasing foreign memory on ", device_.short_name(),
                    " after a failed synchronize: ", e.what());

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "collectives/collective_group.hpp"
 #include "collectives/collective_helpers.hpp"
+#include "collectives/deferred_completion.hpp"
 #include "collectives/flight_recorder.hpp"
+#include "device/gpu/gpu_backend.hpp"
 #include "device/gpu/gpu_runtime.hpp"
 #include "mirrored/replica_context.hpp"
 #include "runtime/default_strategy.hpp"
@@ -73,7 +76,7 @@ void AsyncCollectives::loop(Lane& lane) {
     }
     AsyncRunner::run(*job);
     if (job->ticket) watchdog_.cancel(*job->ticket);
-    if (job->error) {
+    if (job->error || job->device_error) {
       std::lock_guard lock(lane.mu);
       lane.failed.push_back(job);
     }
@@ -84,8 +87,13 @@ void AsyncCollectives::loop(Lane& lane) {
 
 void AsyncRunner::run(AsyncCollective& job) noexcept {
   std::exception_ptr error;
+  // An NCCL collective's completion wait (its errors and deadline) runs after the result is
+  // published: wait() then returns once the outputs are ordered on the device, without a host wait.
+  std::optional<DeferredCompletion> deferred;
   try {
     ReplicaContext& ctx = *job.ctx;
+    // The lane works for this replica: GPU messages name it, and what its kernels find is its.
+    const ActingReplicaScope acting(ctx.replica_id_in_sync_group());
     // The deadline made when the collective was issued. The watchdog aborts the group then and
     // reports the expiry; the waits below end a grace later, should they not see that abort.
     const Deadline backstop = job.deadline.extended(kCollectiveGraceSeconds);
@@ -93,10 +101,12 @@ void AsyncRunner::run(AsyncCollective& job) noexcept {
       const Device& device = job.backend->device();
       gpu_runtime().enter_device(device);
       DeviceBackend::StreamScope scope(*job.backend, StreamKind::communication);
+      // The communication stream starts after the work that produced the inputs: an ordering on
+      // the device, not a host wait (wait() makes none before the value is read). Other replicas'
+      // threads that read these inputs order themselves after the compute stream that produced
+      // them: an event recorded on it (sum_range_on) or a synchronize of it (copy_between's host
+      // staging and same-chip copies), which the calling thread's stream of this backend is.
       job.backend->wait_event(*job.issued);
-      // Other replicas' threads read this replica's inputs on their own streams (or the host):
-      // the work that produced them must be finished, not merely ordered before this stream.
-      job.issued->synchronize(backstop);
       // The compute stream allocated these blocks; the communication stream uses them. Marked
       // before the collective, not after: when it fails with work still queued on this stream, the
       // blocks must not go back to the compute stream's pool until that work is done (the marks
@@ -107,6 +117,7 @@ void AsyncRunner::run(AsyncCollective& job) noexcept {
             job.backend->record_stream_use(t.data(), *job.backend);
         }
       }
+      deferred.emplace();
       ctx.joined(job.kind(), job.buffers(), backstop, job.flight_seq);
       job.backend->record_event(*job.completed);
     } else {
@@ -124,6 +135,18 @@ void AsyncRunner::run(AsyncCollective& job) noexcept {
     job.done.store(true, std::memory_order_release);
   }
   job.done.notify_all();
+  if (!deferred) return;
+  // After a failure the destructor runs (and logs) them: the failure was reported already.
+  if (!job.error) {
+    try {
+      deferred->run();
+    } catch (...) {
+      // The value was handed out: the failure fails the replica's run (strategy.cpp), and the
+      // communicators are aborted, so the next collective fails too rather than hang.
+      job.device_error = std::current_exception();
+    }
+  }
+  deferred.reset();
 }
 
 void AsyncRunner::record_failure(AsyncCollective& job) noexcept { job.ctx->record_async_failure(job.error); }

@@ -58,6 +58,9 @@ struct AsyncCollective {
   bool expired = false;
   std::string expiry;
   std::exception_ptr error;
+  // A failure found after `done` was published (an NCCL collective's completion wait, which runs
+  // after the result is handed out): set by the lane, read once it has finished the job.
+  std::exception_ptr device_error;
   bool waited = false;  // the owner's thread only
   uint64_t flight_seq = 0;  // its flight-recorder entry (made when issued)
 

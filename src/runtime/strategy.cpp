@@ -230,8 +230,12 @@ void Strategy::execute(Body body, void* ctx) {
     self->rt_->async.drain(r);
     // A collective that failed after the replica stopped looking (one kept past its function and
     // never waited for) fails the run, as a synchronous one would have.
+    // So does a failure found on the device after wait() returned the value (device_error).
     for (const auto& job : self->rt_->async.take_failed(r)) {
-      if (!job->waited) self->record_failure(r, job->error);
+      if (job->device_error)
+        self->record_failure(r, job->device_error);
+      else if (!job->waited)
+        self->record_failure(r, job->error);
     }
     ts.replica = saved;
     self->rt_->group.finish(r);

@@ -213,7 +213,7 @@ TEST(SimulatedGpuHostWaits, IntegerDivisionByZeroIsRaisedByTheNextSynchronize) {
   Tensor<int32_t> q = a / zero;  // no wait, no error yet
   EXPECT_EQ(counts(kGpu2).host_syncs, before.host_syncs);
   EXPECT_EQ(message_of<InvalidArgumentError>([&] { (void)q.to_vector(); }),
-            "div: integer division by zero at element 1");
+            "div: integer division by zero at element 1 on GPU:2 (physical GPU 1)");
   // Raised once: the stream goes on.
   EXPECT_EQ((a / b).to_vector(), (std::vector<int32_t>{3, 2, 3}));
 }

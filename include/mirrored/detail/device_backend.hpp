@@ -149,7 +149,11 @@ class DeviceBackend {
   /// `out[i] = a[i or 0] op b[i or 0]`; a scalar operand is broadcast (its index is always 0).
   /// Integer division by zero throws InvalidArgumentError ("div: integer division by zero at
   /// element i"): the host backend at once; a backend with streams does not wait for the kernel
-  /// but keeps what it found on the device, and the next `synchronize` of that stream throws it.
+  /// but keeps what it found on the stream, with the replica that enqueued it (and the device and
+  /// replica in the message), until a `synchronize` of that stream by that replica's thread (or by
+  /// a thread outside every replica) throws it: a wait of another replica's thread on this stream
+  /// (a collective reading this replica's data) leaves it, so the error surfaces on the replica
+  /// whose kernel found it, and only there, once.
   virtual void binary(BinaryOp op, DType dtype, const void* a, bool a_scalar, const void* b, bool b_scalar, void* out,
                       int64_t count) = 0;
   /// `out[i] = in[0][i] + in[1][i] + ... + in[n-1][i]`, summed in that order so that results are
@@ -193,9 +197,14 @@ class DeviceBackend {
   /// Blocks until all work enqueued on the calling thread's stream has finished, by `deadline`
   /// (the calling collective's, or one made for this wait). \throws DeadlineExceededError past it
   /// (naming the device; the work goes on), InternalError when the device failed,
-  /// InvalidArgumentError for an integer division by zero that a kernel on this stream found since
-  /// the last synchronize.
+  /// InvalidArgumentError for an integer division by zero that a kernel on this stream found and
+  /// that belongs to the calling replica (see `binary`).
   virtual void synchronize_until(const Deadline& deadline) = 0;
+  /// `synchronize_until`, except that an integer division by zero found on the stream is left for
+  /// a later `synchronize` instead of thrown: for waits that only let kernels finish before memory
+  /// is reused or released, on error paths that would swallow it (the failure being reported is
+  /// another one). \throws DeadlineExceededError, InternalError as `synchronize_until`.
+  virtual void wait_keeping_flags(const Deadline& deadline) { synchronize_until(deadline); }
   /// `synchronize_until` the default timeout from now (`MIRRORED_COLLECTIVE_TIMEOUT_S`, 1800 s).
   void synchronize();
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "collectives/collective_helpers.hpp"
+#include "collectives/deferred_completion.hpp"
 #include "collectives/nccl/nccl_comms.hpp"
 #include "collectives/ops_selection.hpp"
 #include "collectives/packing.hpp"
@@ -45,6 +46,19 @@ using detail::nccl::nccl_type;
 using detail::nccl::wait_for_completion;
 
 bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+// The host wait for rank `me`'s NCCL work (errors, the deadline, aborting the communicators on
+// either): now, or, under a DeferredCompletion (an asynchronous collective's lane), once the lane
+// has published the result, whose readers are ordered after the work on the device already.
+void wait_or_defer_completion(const std::shared_ptr<Comms>& comms, int me, CudaBackend& be, const Limits& limits,
+                              const char* what) {
+  const Limits later{limits.timeout_s, limits.deadline, nullptr};  // the step is gone by then
+  const bool deferred = detail::DeferredCompletion::defer([comms, me, &be, later, what] {
+    detail::CudaDeviceGuard guard(be.physical(), be.device());
+    wait_for_completion(*comms, me, be, later, what);
+  });
+  if (!deferred) wait_for_completion(*comms, me, be, limits, what);
+}
 
 }  // namespace
 
@@ -264,7 +278,7 @@ void NcclAllReduce::all_reduce(ReduceOp op, CollectiveStep& step) {
   enqueue_group(*comms, {me}, limits, "all_reduce", [&](int, ncclComm_t comm) { return rank.enqueue(op, n, comm); });
   rank.finish(op, n);
   be.check(cudaEventRecord(comms->done[me], be.stream_for_call()), "cudaEventRecord");
-  wait_for_completion(*comms, me, be, limits, "all_reduce");
+  wait_or_defer_completion(comms, me, be, limits, "all_reduce");
 }
 
 bool NcclAllReduce::batch_all_reduce(ReduceOp op, const std::vector<std::vector<UntypedTensor>>& inputs,
@@ -437,7 +451,7 @@ void NcclAllReduce::all_gather(int axis, CollectiveStep& step) {
     }
   }
   be.check(cudaEventRecord(comms->done[me], stream), "cudaEventRecord");
-  wait_for_completion(*comms, me, be, limits, "all_gather");
+  wait_or_defer_completion(comms, me, be, limits, "all_gather");
 }
 
 void NcclAllReduce::reduce_scatter(ReduceOp op, CollectiveStep& step) {
@@ -494,7 +508,7 @@ void NcclAllReduce::reduce_scatter(ReduceOp op, CollectiveStep& step) {
   });
   if (op == ReduceOp::MEAN && !avg && out.numel > 0) be.divide(dtype, out.data(), out.numel, n);
   be.check(cudaEventRecord(comms->done[me], stream), "cudaEventRecord");
-  wait_for_completion(*comms, me, be, limits, "reduce_scatter");
+  wait_or_defer_completion(comms, me, be, limits, "reduce_scatter");
 }
 
 }  // namespace mirrored

@@ -118,7 +118,9 @@ bool on_chip_all_reduce(GpuRuntime& runtime, ReduceOp op, CollectiveStep& step) 
             be[r]->record_stream_use(step.outputs(r)[i].data(), *be[0]);
           }
         }
-        be[0]->synchronize();
+        // Keeping flags: a division by zero found on this stream is still raised by the
+        // replica's next synchronize instead of being swallowed here.
+        be[0]->wait_keeping_flags(Deadline::after(default_synchronize_timeout_s()));
       } catch (...) {
       }
       throw;

@@ -326,6 +326,14 @@ void CudaBackend::synchronize_until(const Deadline& deadline) {
   raise_division_by_zero(lane);
 }
 
+void CudaBackend::wait_keeping_flags(const Deadline& deadline) {
+  CudaDeviceGuard guard(physical_, logical_);
+  count_host_sync();
+  Lane& lane = lane_for_call();
+  wait_cuda_stream(lane.stream, deadline.time_point(), deadline.timeout_seconds(),
+                   "wait_keeping_flags (cudaStreamQuery)", logical_, physical_);
+}
+
 std::unique_ptr<DeviceEvent> CudaBackend::create_event() {
   return std::make_unique<CudaEvent>(logical_, physical_, this);
 }

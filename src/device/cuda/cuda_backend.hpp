@@ -127,8 +127,11 @@ class CudaBackend final : public GpuBackend {
   void apply_optimizer(DType dtype, const OptimizerUpdate& u, const UpdateSegment* segments, int num_segments,
                        const int64_t* step_in, int64_t* step_out) override;
   /// Polls the calling thread's stream (cudaStreamQuery) up to the deadline; then raises an
-  /// integer division by zero that a kernel on that stream found (InvalidArgumentError).
+  /// integer division by zero that a kernel on that stream found (InvalidArgumentError) when the
+  /// calling thread is the replica that launched it (or outside every replica).
   void synchronize_until(const Deadline& deadline) override;
+  /// Polls like synchronize_until, and leaves a division by zero for a later synchronize.
+  void wait_keeping_flags(const Deadline& deadline) override;
 
   std::unique_ptr<DeviceEvent> create_event() override;
   void record_event(DeviceEvent& event) override;
@@ -180,6 +183,10 @@ class CudaBackend final : public GpuBackend {
     unsigned long long* div_flag = nullptr;
     unsigned long long* div_flag_host = nullptr;
     bool div_pending = false;  // a division ran since the last check
+    // The replica that launched the first division since the last check (-1: outside every
+    // replica): only that replica's synchronize raises what the kernels found (naming it), so a
+    // collective's wait on another replica's stream leaves it.
+    int div_replica = -1;
   };
   Lane& lane_for_call();
   /// A lane made on first use: its stream (and, for prefetch, `order`) exist before it is published.
@@ -192,7 +199,8 @@ class CudaBackend final : public GpuBackend {
   /// Waits for `lane`'s stream with the default deadline.
   void wait_lane(const Lane& lane, const char* what);
   /// After `lane`'s stream finished: throws the integer division by zero its kernels found since
-  /// the last check (and clears it).
+  /// the last check (and clears it), unless the calling thread is another replica than the one
+  /// that launched them (the flag then stays for that replica's synchronize).
   void raise_division_by_zero(Lane& lane);
   bool is_pinned(const void* p) const;
 

@@ -28,7 +28,8 @@ void CudaBackend::binary(BinaryOp op, DType dtype, const void* a, bool a_scalar,
     return;
   }
   // Integer division: the kernel records the first zero divisor on the device; the next
-  // synchronize of this stream raises it (no host wait here).
+  // synchronize of this stream by the launching replica raises it (no host wait here).
+  const int replica = calling_replica_id();
   std::lock_guard lock(lane.mu);
   if (!lane.div_flag) {
     // Both buffers or neither: made into locals and published together.
@@ -60,18 +61,23 @@ void CudaBackend::binary(BinaryOp op, DType dtype, const void* a, bool a_scalar,
                         lane.stream),
         "cudaMemcpyAsync");
   count_device_to_host(sizeof(unsigned long long));
+  if (!lane.div_pending) lane.div_replica = replica;  // the first division since the last check
   lane.div_pending = true;
 }
 
 void CudaBackend::raise_division_by_zero(Lane& lane) {
+  const int caller = calling_replica_id();
   std::lock_guard lock(lane.mu);
   if (!lane.div_pending) return;
+  // Another replica's wait (a collective reading this replica's data) leaves it for its owner.
+  if (lane.div_replica >= 0 && caller >= 0 && caller != lane.div_replica) return;
   lane.div_pending = false;
   const unsigned long long at = *lane.div_flag_host;  // the stream has finished: final
   if (at == std::numeric_limits<unsigned long long>::max()) return;
   *lane.div_flag_host = std::numeric_limits<unsigned long long>::max();
   check(cudaMemsetAsync(lane.div_flag, 0xFF, sizeof(unsigned long long), lane.stream), "cudaMemsetAsync");
-  throw InvalidArgumentError(str_cat("div: integer division by zero at element ", at));
+  throw InvalidArgumentError(str_cat("div: integer division by zero at element ", at, " on ",
+                                     describe_gpu_call_site(logical_, physical_, lane.div_replica)));
 }
 
 void CudaBackend::sum_n(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count) {

@@ -123,22 +123,28 @@ void Backend::check_stream(const Stream& s, const char* op) const {
                               "run work again"));
 }
 
-void Backend::synchronize_until(const Deadline& deadline) {
+void Backend::wait_stream(const Deadline& deadline, const char* op) {
   // The stream's own failure first: its thread marks the chip unusable when the work fails, and a
   // synchronisation that comes after must still report that failure itself (InternalError), as
   // CUDA returns a sticky error to the first call that waits for the stream, not a refusal.
   Stream& s = stream(current_stream());
-  check_stream(s, "synchronize");
+  check_stream(s, op);
   check_gpu_usable(logical_, chip_.physical());
   count_host_sync();
   if (!s.wait(s.last_ticket(), deadline.time_point())) {
-    throw DeadlineExceededError(str_cat("synchronize on ", describe_gpu_call_site(logical_, chip_.physical()),
+    throw DeadlineExceededError(str_cat(op, " on ", describe_gpu_call_site(logical_, chip_.physical()),
                                         ": the work queued on the simulated ", s.name(), " did not finish within ",
                                         deadline.timeout_seconds(), " s"));
   }
-  check_stream(s, "synchronize");
+  check_stream(s, op);
+}
+
+void Backend::synchronize_until(const Deadline& deadline) {
+  wait_stream(deadline, "synchronize");
   raise_division_by_zero(current_stream());
 }
+
+void Backend::wait_keeping_flags(const Deadline& deadline) { wait_stream(deadline, "wait_keeping_flags"); }
 
 std::unique_ptr<DeviceEvent> Backend::create_event() {
   check_gpu_usable(logical_, chip_.physical());
@@ -257,27 +263,37 @@ void Backend::binary(BinaryOp op, DType dtype, const void* a, bool a_scalar, con
     s.enqueue([=] { host_backend().binary(op, dtype, a, a_scalar, b, b_scalar, out, count); });
     return;
   }
-  // Integer division: the kernel notes a zero divisor on the stream, and the next synchronize of
-  // that stream raises it (as the CUDA backend does); the host does not wait here.
+  // Integer division: the kernel notes a zero divisor on the stream, with the replica that
+  // enqueued it, and that replica's next synchronize of the stream raises it (as the CUDA backend
+  // does); the host does not wait here.
   DivisionFlag* flag = &division_flag(current_stream());
+  const int replica = calling_replica_id();
   s.enqueue([=] {
     try {
       host_backend().binary(op, dtype, a, a_scalar, b, b_scalar, out, count);
     } catch (const InvalidArgumentError& e) {
       std::lock_guard lock(flag->mu);
-      if (flag->error.empty()) flag->error = e.what();  // the first, like the smallest index on CUDA
+      if (flag->error.empty()) {  // the first, like the smallest index on CUDA
+        flag->error = e.what();
+        flag->replica = replica;
+      }
     }
   });
 }
 
 void Backend::raise_division_by_zero(StreamKind kind) {
   DivisionFlag& flag = division_flag(kind);
+  const int caller = calling_replica_id();
   std::string error;
+  int replica = -1;
   {
     std::lock_guard lock(flag.mu);
+    // Another replica's wait (a collective reading this replica's data) leaves it for its owner.
+    if (flag.error.empty() || (flag.replica >= 0 && caller >= 0 && caller != flag.replica)) return;
     error = std::exchange(flag.error, std::string());
+    replica = std::exchange(flag.replica, -1);
   }
-  if (!error.empty()) throw InvalidArgumentError(error);
+  throw InvalidArgumentError(str_cat(error, " on ", describe_gpu_call_site(logical_, chip_.physical(), replica)));
 }
 
 void Backend::sum_n(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count) {
@@ -310,6 +326,10 @@ void Backend::apply_optimizer(DType dtype, const OptimizerUpdate& u, const Updat
   const std::string where = logical_.short_name();
   check_optimizer_arguments(where.c_str(), dtype, u, num_segments, step_in, step_out);
   Stream& s = stream_for_call();
+  if (fail_apply_optimizer_in_.load() > 0 && fail_apply_optimizer_in_.fetch_sub(1) == 1)
+    throw InternalError(str_cat("apply_optimizer kernel launch failed on ",
+                                describe_gpu_call_site(logical_, chip_.physical()),
+                                ": injected launch failure (test hook)"));
   // The step is read on the stream, when the kernel runs, as on a GPU.
   std::vector<UpdateSegment> segs(segments, segments + num_segments);
   s.enqueue([=, segs = std::move(segs)] {

@@ -100,7 +100,9 @@ class Backend final : public GpuBackend {
   /// Runs the host's update on the stream (bitwise the host's results).
   void apply_optimizer(DType dtype, const OptimizerUpdate& u, const UpdateSegment* segments, int num_segments,
                        const int64_t* step_in, int64_t* step_out) override;
+  /// Waits for the calling thread's stream, then raises the calling replica's division by zero.
   void synchronize_until(const Deadline& deadline) override;
+  void wait_keeping_flags(const Deadline& deadline) override;
 
   std::unique_ptr<DeviceEvent> create_event() override;
   void record_event(DeviceEvent& event) override;
@@ -126,6 +128,9 @@ class Backend final : public GpuBackend {
   void inject_fault(const std::string& what);
   /// The `skip + 1`-th record_event from now throws InternalError.
   void fail_record_event(int skip) { fail_record_event_in_.store(skip + 1); }
+  /// The `skip + 1`-th apply_optimizer launch from now fails as a kernel launch does (InternalError,
+  /// not sticky: the device stays usable), before it enqueues anything: after `skip` packs ran.
+  void fail_apply_optimizer(int skip) { fail_apply_optimizer_in_.store(skip + 1); }
 
  private:
   Stream& stream_for_call();  // the calling thread's stream, after checking the device is usable
@@ -133,15 +138,20 @@ class Backend final : public GpuBackend {
   // Throws the stream's failure (a sticky error: the chip is then unusable).
   void check_stream(const Stream& s, const char* op) const;
   std::unique_ptr<Stream> make_stream(const char* what);
-  // An integer division by zero found on a stream, raised by its next synchronize.
+  // An integer division by zero found on a stream (sticky until raised), with the replica whose
+  // kernel found it: only a synchronize of that replica (or of a thread outside every replica)
+  // raises it.
   struct DivisionFlag {
     std::mutex mu;
     std::string error;
+    int replica = -1;
   };
   DivisionFlag& division_flag(StreamKind kind) {
     return kind == StreamKind::compute ? compute_div_ : communication_div_;
   }
   void raise_division_by_zero(StreamKind kind);
+  // Waits for the calling thread's stream (counted as a host wait); throws its failure.
+  void wait_stream(const Deadline& deadline, const char* op);
 
   const Device logical_;
   Chip& chip_;
@@ -153,6 +163,7 @@ class Backend final : public GpuBackend {
   CachingAllocator<MemoryPolicy> allocator_;
   Event ready_, done_;
   std::atomic<int> fail_record_event_in_{0};
+  std::atomic<int> fail_apply_optimizer_in_{0};
   DivisionFlag compute_div_, communication_div_;
 };
 
