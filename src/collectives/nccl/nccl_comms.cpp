@@ -100,15 +100,22 @@ std::shared_ptr<Comms> create_comms(const std::vector<int>& logical, const std::
     ncclResult_t failed = ncclSuccess;
     const char* failed_call = "ncclCommInitRankConfig";
     int failed_rank = 0;
-    for (int r = 0; r < n && failed == ncclSuccess; ++r) {
-      CudaDeviceGuard guard(physical[r], Device(DeviceType::GPU, logical[r]));
-      res = ncclCommInitRankConfig(&c->comms[r], n, id, r, &config);
-      if (res != ncclSuccess && res != ncclInProgress) {
-        failed = res;
-        failed_rank = r;
+    GroupScope group;
+    try {
+      for (int r = 0; r < n && failed == ncclSuccess; ++r) {
+        CudaDeviceGuard guard(physical[r], Device(DeviceType::GPU, logical[r]));  // may throw
+        res = ncclCommInitRankConfig(&c->comms[r], n, id, r, &config);
+        if (res != ncclSuccess && res != ncclInProgress) {
+          failed = res;
+          failed_rank = r;
+        }
       }
+    } catch (...) {
+      (void)group.end();
+      c->abort_locked();  // the ranks already initialising
+      throw;
     }
-    res = ncclGroupEnd();
+    res = group.end();
     if (failed == ncclSuccess && res != ncclSuccess && res != ncclInProgress) {
       failed = res;
       failed_call = "ncclGroupEnd (communicator initialisation)";
@@ -157,15 +164,16 @@ void wait_for_completion(Comms& c, int me, CudaBackend& be, const Limits& limits
                                    "timed out)"));
       }
       const cudaError_t q = cudaEventQuery(c.done[me]);
-      if (q == cudaSuccess) return;
       // Not an error, but the runtime may keep it as this thread's last error, which a later
       // kernel launch check would then report.
       if (q == cudaErrorNotReady) (void)cudaGetLastError();
-      if (q != cudaErrorNotReady) {
+      if (q != cudaSuccess && q != cudaErrorNotReady) {
         lock.unlock();
         c.abort();
         be.check(q, "cudaEventQuery (NCCL collective)");
       }
+      // Also once the event is reached: a collective that failed inside NCCL (a proxy or network
+      // error) may end its kernel early, and its output is then undefined.
       ncclResult_t state = ncclSuccess;
       const ncclResult_t res = ncclCommGetAsyncError(c.comms[me], &state);
       if (res != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
@@ -175,6 +183,7 @@ void wait_for_completion(Comms& c, int me, CudaBackend& be, const Limits& limits
         c.abort();
         throw_nccl_error(bad, what, where, nullptr);
       }
+      if (q == cudaSuccess) return;
     }
     if (limits.aborted()) {
       c.abort();

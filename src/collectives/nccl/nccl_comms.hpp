@@ -93,6 +93,25 @@ void wait_for_completion(Comms& c, int me, CudaBackend& be, const Limits& limits
 // still be connecting when ncclGroupEnd returns), by the collective's deadline.
 void wait_enqueued(Comms& c, int me, const Limits& limits, const char* what);
 
+// An open NCCL group of this thread, ended on every path: an exception between ncclGroupStart and
+// ncclGroupEnd would leave the group open, and NCCL would then defer every later call of the
+// thread without ever launching it (each later collective hanging until its deadline).
+class GroupScope {
+ public:
+  GroupScope() = default;  // the caller has called ncclGroupStart successfully
+  GroupScope(const GroupScope&) = delete;
+  GroupScope& operator=(const GroupScope&) = delete;
+  ~GroupScope() { (void)end(); }
+  ncclResult_t end() noexcept {
+    if (!open_) return ncclSuccess;
+    open_ = false;
+    return ncclGroupEnd();
+  }
+
+ private:
+  bool open_ = true;
+};
+
 // Runs `enqueue(rank, comm)` for each rank of `ranks` inside one NCCL group (one rank per
 // replica thread, or every rank from one cross-replica thread) and waits until the calls are on
 // the streams.
@@ -104,17 +123,18 @@ void enqueue_group(Comms& c, const std::vector<int>& ranks, const Limits& limits
                      ": the NCCL communicators were aborted");
     ncclResult_t res = ncclGroupStart();
     if (res != ncclSuccess) throw_nccl_error(res, "ncclGroupStart", c.where(ranks.front()), c.comms[ranks.front()]);
+    GroupScope group;
     ncclResult_t called = ncclSuccess;
     int failed = ranks.front();
     for (int r : ranks) {
       detail::CudaDeviceGuard guard(c.physical[r], std::nothrow);
-      called = enqueue(r, c.comms[r]);
+      called = enqueue(r, c.comms[r]);  // may throw (a stream to create): `group` ends the group
       if (called != ncclSuccess && called != ncclInProgress) {
         failed = r;
         break;
       }
     }
-    res = ncclGroupEnd();
+    res = group.end();
     if (called != ncclSuccess && called != ncclInProgress)
       throw_nccl_error(called, what, c.where(failed), c.comms[failed]);
     if (res != ncclSuccess && res != ncclInProgress)

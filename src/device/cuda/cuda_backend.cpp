@@ -509,6 +509,9 @@ void CudaBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
     // never one of those still queued.
     while (issued < bytes && count < kSlots) {
       const int s = next_slot_locked(lane);
+      // Full at once: should this copy fail or time out, a later staged upload must not write
+      // into a slot whose download may still be pending (next_slot_locked left it empty).
+      lane.used = kSlotBytes;
       const std::size_t len = std::min(kSlotBytes, bytes - issued);
       check(cudaMemcpyAsync(lane.slots[s].host, in + issued, len, cudaMemcpyDeviceToHost, lane.stream),
             "cudaMemcpyAsync");

@@ -47,13 +47,14 @@ class NcclWorld : public WorldAllReduce {
       for (std::size_t i = 0; i < ins.size() && (res == ncclSuccess || res == ncclInProgress); ++i) {
         if (!ins[i].numel) continue;
         res = ncclAllReduce(ins[i].data(), outs[i].data(), static_cast<std::size_t>(ins[i].numel),
-                            nccl::nccl_type(ins[i].dtype), ncclSum, comm, be.stream());
+                            nccl::nccl_type(ins[i].dtype), ncclSum, comm, be.stream_for_call());
       }
       return res;
     });
     {
       CudaDeviceGuard guard(c.physical[static_cast<std::size_t>(me)], be.device());
-      be.check(cudaEventRecord(c.done[static_cast<std::size_t>(me)], be.stream()), "cudaEventRecord");
+      // The stream of this call (an asynchronous collective's communication stream), as NCCL used.
+      be.check(cudaEventRecord(c.done[static_cast<std::size_t>(me)], be.stream_for_call()), "cudaEventRecord");
     }
     nccl::wait_for_completion(c, me, be, limits, "all_reduce across workers");
   }
@@ -119,16 +120,23 @@ std::unique_ptr<WorldAllReduce> make_nccl_world_all_reduce(const std::vector<Dev
     if (res != ncclSuccess) nccl::throw_nccl_error(res, "ncclGroupStart", "the workers' GPUs", nullptr);
     ncclResult_t failed = ncclSuccess;
     int failed_rank = 0;
-    for (int r = 0; r < n_local && failed == ncclSuccess; ++r) {
-      CudaDeviceGuard guard(physical[static_cast<std::size_t>(r)],
-                            Device(DeviceType::GPU, logical[static_cast<std::size_t>(r)]));
-      res = ncclCommInitRankConfig(&c->comms[static_cast<std::size_t>(r)], nranks, id, rank * n_local + r, &config);
-      if (res != ncclSuccess && res != ncclInProgress) {
-        failed = res;
-        failed_rank = r;
+    nccl::GroupScope group;
+    try {
+      for (int r = 0; r < n_local && failed == ncclSuccess; ++r) {
+        CudaDeviceGuard guard(physical[static_cast<std::size_t>(r)],
+                              Device(DeviceType::GPU, logical[static_cast<std::size_t>(r)]));  // may throw
+        res = ncclCommInitRankConfig(&c->comms[static_cast<std::size_t>(r)], nranks, id, rank * n_local + r, &config);
+        if (res != ncclSuccess && res != ncclInProgress) {
+          failed = res;
+          failed_rank = r;
+        }
       }
+    } catch (...) {
+      (void)group.end();
+      c->abort_locked();  // the ranks already initialising
+      throw;
     }
-    res = ncclGroupEnd();
+    res = group.end();
     if (failed == ncclSuccess && res != ncclSuccess && res != ncclInProgress) failed = res;
     if (failed != ncclSuccess) {
       c->abort_locked();
