@@ -6,7 +6,7 @@
 /// computes, and rounds once per element; sums (element-wise `sum_n`, all-reduce, `sum_axis`)
 /// accumulate in float in input (replica) order and round once at the end, so that sums of
 /// small integers are exact and equal on the host, the simulated GPUs and the CUDA kernels. MEAN
-/// divides the float sum before that rounding (host reductions; the CUDA fused all-reduce).
+/// divides the float sum before that rounding (host reductions; the CUDA fused all-reduce and sum_n).
 /// Paths that round more than once: across workers, each worker's local sum is rounded, the
 /// workers' sums are added in float (Gloo exchanges them as float) and rounded again, and MEAN
 /// divides after; NCCL reduces float16/bfloat16 in their own precision along its ring; a CUDA

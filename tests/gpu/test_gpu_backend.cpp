@@ -94,6 +94,25 @@ TEST_F(Gpu, MixedHostAndGpuReplicasMatchTheHost) {
   expect_same(conformance::collectives(host), conformance::collectives(gpu_first), "collectives GPU:0 + CPU:1");
 }
 
+TEST_F(Gpu, HalfMeanReducedOnAGpuRoundsOnceAsOnTheHost) {
+  // Three replicas of 683: the sum 2049 is not a float16 (it would round to 2048, and 2048 / 3 to
+  // 682.5), but 2049 / 3 = 683 is. With a GPU first, ReductionToOneDevice sums on the GPU.
+  for (const std::vector<std::string>& devices :
+       {std::vector<std::string>{"GPU:0", "CPU:1", "CPU:2"}, std::vector<std::string>{"CPU:0", "CPU:1", "CPU:2"}}) {
+    MirroredStrategy s(devices);
+    auto out = s.run([] {
+      const auto x = Tensor<float16>::from_vector({float16(683.0f), float16(-683.0f)}, {2});
+      return get_replica_context()->all_reduce(ReduceOp::MEAN, x);
+    });
+    for (int r = 0; r < 3; ++r) {
+      const auto v = out[r].to_vector();
+      ASSERT_EQ(v.size(), 2u);
+      EXPECT_EQ(static_cast<float>(v[0]), 683.0f) << devices[0] << ", replica " << r;
+      EXPECT_EQ(static_cast<float>(v[1]), -683.0f) << devices[0] << ", replica " << r;
+    }
+  }
+}
+
 TEST_F(Gpu, DefaultStrategyTakesEveryGpu) {
   MirroredStrategy s;
   EXPECT_EQ(s.extended().worker_devices(), list_logical_devices(DeviceType::GPU));

@@ -81,13 +81,19 @@ void CudaBackend::raise_division_by_zero(Lane& lane) {
 }
 
 void CudaBackend::sum_n(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count) {
+  sum_n_mean(dtype, inputs, num_inputs, out, count, 0);
+}
+
+void CudaBackend::sum_n_mean(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count,
+                             int64_t mean_divisor) {
   if (count <= 0) return;
   MIRRORED_ENFORCE(num_inputs >= 1, InternalError, "sum_n on ", logical_.short_name(), " with ", num_inputs, " inputs");
   CudaDeviceGuard guard(physical_, logical_);
   const cudaStream_t stream = lane_for_call().stream;
   const int launches = cuda_kernels::sum_chain_launches(num_inputs);
   if (launches == 1) {
-    check(cuda_kernels::sum_n(dtype, inputs, num_inputs, nullptr, out, count, stream), "sum_n kernel launch");
+    check(cuda_kernels::sum_n(dtype, inputs, num_inputs, nullptr, out, count, stream, mean_divisor),
+          "sum_n kernel launch");
     return;
   }
   // More inputs than one launch takes: a chain of launches accumulating into scratch, in order; the
@@ -102,7 +108,7 @@ void CudaBackend::sum_n(DType dtype, const void* const* inputs, int num_inputs, 
   for (int j = 0; j < launches; ++j) {
     const cuda_kernels::SumChainLink link = cuda_kernels::sum_chain_link(num_inputs, j);
     check(cuda_kernels::sum_n(dtype, inputs + link.first, link.count, link.accumulate ? scratch : nullptr,
-                              link.last ? out : scratch, count, stream),
+                              link.last ? out : scratch, count, stream, link.last ? mean_divisor : 0),
           "sum_n kernel launch");
   }
 }

@@ -127,7 +127,7 @@ struct Pointers {
 };
 
 template <class T>
-__global__ void sum_n_kernel(Pointers<T> in, int k, const T* acc, T* out, int64_t n) {
+__global__ void sum_n_kernel(Pointers<T> in, int k, const T* acc, T* out, int64_t n, int64_t mean_divisor) {
   for_each_index(this_thread(), n, [&](int64_t i) {
     int first = 0;
     C<T> s;
@@ -138,6 +138,14 @@ __global__ void sum_n_kernel(Pointers<T> in, int k, const T* acc, T* out, int64_
       first = 1;
     }
     for (int j = first; j < k; ++j) s = static_cast<C<T>>(s + up(in.p[j][i]));
+    // MEAN divides before the one rounding (float for the half types), as the fused kernel and
+    // the host backend do.
+    if (mean_divisor > 0) {
+      if constexpr (std::is_floating_point_v<C<T>>)
+        s = s / static_cast<C<T>>(mean_divisor);
+      else
+        s = static_cast<T>(s / mean_divisor);
+    }
     out[i] = down<T>(s);
   });
 }
@@ -319,13 +327,14 @@ cudaError_t binary(Binary op, DType dtype, const void* a, bool a_scalar, const v
 }
 
 cudaError_t sum_n(DType dtype, const void* const* in, int k, const void* acc, void* out, int64_t n,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, int64_t mean_divisor) {
   if (k < 0 || k > kMaxSumInputs || (k == 0 && !acc)) return cudaErrorInvalidValue;
   return with_dtype(dtype, [&](auto zero) {
     using T = decltype(zero);
     Pointers<T> p{};
     for (int j = 0; j < k; ++j) p.p[j] = static_cast<const T*>(in[j]);
-    sum_n_kernel<T><<<grid_blocks(n), kThreads, 0, stream>>>(p, k, static_cast<const T*>(acc), static_cast<T*>(out), n);
+    sum_n_kernel<T><<<grid_blocks(n), kThreads, 0, stream>>>(p, k, static_cast<const T*>(acc), static_cast<T*>(out), n,
+                                                             mean_divisor);
     return cudaGetLastError();
   });
 }
