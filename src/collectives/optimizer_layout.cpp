@@ -69,7 +69,7 @@ UntypedTensor pack_shard_major(const ShardedPack& layout, const std::vector<cons
 
 std::vector<UpdateSegment> shard_update_segments(const ShardedPack& layout, const OptimizerStep& s,
                                                  const std::vector<std::size_t>& leaves, int64_t me,
-                                                 const UntypedTensor& grad_slice) {
+                                                 const UntypedTensor& grad_slice, const UpdateTargets& targets) {
   std::vector<UpdateSegment> segments;
   const int64_t base = layout.shard_begin(me);
   for (std::size_t k = 0; k < leaves.size(); ++k) {
@@ -77,10 +77,14 @@ std::vector<UpdateSegment> shard_update_segments(const ShardedPack& layout, cons
     const auto p = layout.piece(me, k);
     if (!p.count) continue;
     UpdateSegment seg;
-    seg.param = element_at(s.params[v], p.in_variable);
+    seg.param = targets.params_slice ? element_at(*targets.params_slice, p.in_layout - base)
+                                     : element_at(s.params[v], p.in_variable);
     seg.grad = element_at(grad_slice, p.in_layout - base);
     seg.count = p.count;
-    for (int j = 0; j < 2; ++j) seg.slot[j] = s.slots[v][j].storage ? s.slots[v][j].data() : nullptr;
+    for (int j = 0; j < 2; ++j) {
+      const UntypedTensor& slot = targets.slots ? (*targets.slots)[k][static_cast<std::size_t>(j)] : s.slots[v][j];
+      seg.slot[j] = slot.storage ? slot.data() : nullptr;
+    }
     segments.push_back(seg);
   }
   return segments;

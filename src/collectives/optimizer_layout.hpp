@@ -7,6 +7,7 @@
 // edges); the functions below it copy with copy_between, so within one device they are ordered on
 // the calling thread's stream like kernels.
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -67,14 +68,25 @@ ShardedPack sharded_pack(const OptimizerStep& s, const Pack& pack, int64_t num_s
 UntypedTensor pack_shard_major(const ShardedPack& layout, const std::vector<const UntypedTensor*>& whole, int64_t only,
                                DType dtype, const Device& device);
 
+/// Where a shard's update writes instead of the variables themselves (a step that commits only
+/// once it completed): shard `me`'s slices of the parameters packed in `params_slice` (as
+/// pack_shard_major(..., me, ...) packs them), and per variable k of the pack copies `slots[k]` of
+/// the replica's sharded slots.
+struct UpdateTargets {
+  const UntypedTensor* params_slice = nullptr;
+  const std::vector<std::array<UntypedTensor, 2>>* slots = nullptr;
+};
+
 /// The update segments of shard `me`: each variable's slice of the parameters (`s.params` of the
-/// pack's `leaves`), its gradient from `grad_slice` (shard `me`'s part of the layout) and the
-/// replica's sharded slots (its slice of each, from their first element). Empty slices are left out.
+/// pack's `leaves`, or `targets.params_slice`), its gradient from `grad_slice` (shard `me`'s part
+/// of the layout) and the replica's sharded slots (its slice of each, from their first element; or
+/// `targets.slots`). Empty slices are left out.
 std::vector<UpdateSegment> shard_update_segments(const ShardedPack& layout, const OptimizerStep& s,
                                                  const std::vector<std::size_t>& leaves, int64_t me,
-                                                 const UntypedTensor& grad_slice);
+                                                 const UntypedTensor& grad_slice, const UpdateTargets& targets = {});
 
-/// Every shard's slices but `me`'s copied from `gathered` (the whole layout) into `params[k]`.
+/// Every shard's slices but `me`'s (every shard's for `me` < 0) copied from `gathered` (the whole
+/// layout) into `params[k]`.
 void unpack_shard_major(const ShardedPack& layout, const UntypedTensor& gathered, int64_t me,
                         const std::vector<const UntypedTensor*>& params);
 

@@ -152,6 +152,15 @@ void CollectivePlan::apply_gradients(int replica, OptimizerStep& mine, const Dea
       step.sync();
     });
     if (fused) return;
+  } else if (mine.sharded && mine.aggregate && stage_->num_workers() == 1 && !mine.params.empty() &&
+             !mine.params.front().device().is_host()) {
+    // One GPU replica: its ops may still have a fused path (NCCL's one-rank communicator under
+    // MIRRORED_NCCL_SINGLE_RANK, which a machine with one GPU tests). Host replicas keep the
+    // separate passes, as before.
+    const CollectiveStep::Buffers post{&mine.grads, &mine.params, nullptr, ReduceOp::SUM, 0, 0,
+                                       mine.communication.compression, nullptr, &mine};
+    CollectiveStep solo(post, deadline);
+    if (local_->all_reduce_and_update(solo)) return;
   }
   if (!mine.sharded) {
     if (n * stage_->num_workers() == 1) {
