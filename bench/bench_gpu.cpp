@@ -36,6 +36,9 @@
 //                         there are two): NcclAllReduce, whose sharded step is one stream-ordered
 //                         sequence (grouped reduce-scatter, the fused update of the slice, grouped
 //                         all-gather; nccl_optimizer_step.cpp). Same counters.
+//   BM_AdamStepNcclOneRank  BM_AdamStep on {GPU:0} alone through NCCL's one-rank communicator
+//                         (MIRRORED_NCCL_SINGLE_RANK): the fused sharded step's code on one GPU,
+//                         where reduce-scatter and all-gather are copies. Same counters.
 //   BM_CompressionCasts   the compression's casts on GPU:0 (CommunicationOptions::compression across
 //                         workers): 64 MiB of floats to float16 and back (the backend's cast kernel).
 //                         anchor: a D2D cudaMemcpyAsync of the 64 MiB. ratio = anchor_ms / cast_ms
@@ -60,6 +63,7 @@
 #include <memory>
 #include <vector>
 
+#include <mirrored/config.hpp>
 #include <mirrored/cuda.hpp>
 #include <mirrored/optimizers.hpp>
 
@@ -326,6 +330,14 @@ void BM_AdamStepNccl(benchmark::State& state) {
   state.SetLabel(s->extended().cross_device_ops().name());
 }
 
+// One replica on GPU:0 through NCCL's one-rank communicator (MIRRORED_NCCL_SINGLE_RANK, set in
+// main): the fused sharded step's code on a machine with one GPU.
+void BM_AdamStepNcclOneRank(benchmark::State& state) {
+  static MirroredStrategy* s =  // never destroyed: lives until exit
+      new MirroredStrategy({"GPU:0"}, std::make_shared<mirrored::NcclAllReduce>());
+  adam_step(state, *s, {kGpu0});
+}
+
 void BM_CompressionCasts(benchmark::State& state) {
   const int64_t bytes = state.range(0);
   const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
@@ -414,6 +426,15 @@ int main(int argc, char** argv) {
   }
   // Before any GPU use: GPU:0 and GPU:1 become two logical GPUs of physical GPU 0.
   mirrored::config::set_logical_gpu_devices(0, 2);
+  // Before any NcclAllReduce exists and before any thread: BM_AdamStepNcclOneRank's one replica
+  // goes through NCCL (no other benchmark has a single replica with NcclAllReduce).
+  ::setenv("MIRRORED_NCCL_SINGLE_RANK", "1", 1);
+  if (MIRRORED_HAVE_NCCL) {
+    benchmark::RegisterBenchmark("BM_AdamStepNcclOneRank", BM_AdamStepNcclOneRank)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(1.0);
+  }
   int physical = 0;
   check(cudaGetDeviceCount(&physical), "cudaGetDeviceCount");
   if (physical >= 2) {
