@@ -157,8 +157,8 @@ void CollectivePlan::apply_gradients(int replica, OptimizerStep& mine, const Dea
     // One GPU replica: its ops may still have a fused path (NCCL's one-rank communicator under
     // MIRRORED_NCCL_SINGLE_RANK, which a machine with one GPU tests). Host replicas keep the
     // separate passes, as before.
-    const CollectiveStep::Buffers post{&mine.grads, &mine.params, nullptr, ReduceOp::SUM, 0, 0,
-                                       mine.communication.compression, nullptr, &mine};
+    const CollectiveStep::Buffers post{
+        &mine.grads, &mine.params, nullptr, ReduceOp::SUM, 0, 0, mine.communication.compression, nullptr, &mine};
     CollectiveStep solo(post, deadline);
     if (local_->all_reduce_and_update(solo)) return;
   }
@@ -197,9 +197,10 @@ void CollectivePlan::apply_sharded(int replica, OptimizerStep& mine, const Deadl
     UntypedTensor slice;
     if (mine.aggregate) {
       const std::vector<UntypedTensor> in{pack_shard_major(layout, grads, -1, mine.dtype, device)};
-      const std::vector<UntypedTensor> out{make_untyped(mine.dtype, {layout.split()[static_cast<std::size_t>(me)]}, device)};
-      const CollectiveStep::Buffers post{&in,      &out, nullptr, ReduceOp::SUM, 0, 0, mine.communication.compression,
-                                         &layout.split()};
+      const std::vector<UntypedTensor> out{
+          make_untyped(mine.dtype, {layout.split()[static_cast<std::size_t>(me)]}, device)};
+      const CollectiveStep::Buffers post{
+          &in, &out, nullptr, ReduceOp::SUM, 0, 0, mine.communication.compression, &layout.split()};
       reduce_scatter(CollectiveKind::reduce_scatter, replica, post, deadline);
       slice = out[0];
     } else {

@@ -201,14 +201,12 @@ TEST_P(GpuShardedStep, WeightsAndSlotsAreBitwiseThoseOfTheUnshardedStep) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimizers, GpuShardedStep,
-                         ::testing::Combine(::testing::Values(Kind::sgd, Kind::momentum, Kind::nesterov, Kind::adam,
-                                                              Kind::adamw),
-                                            ::testing::Values(Packing::one_pack, Packing::per_variable,
-                                                              Packing::tiny_packs, Packing::many_variables)),
-                         [](const auto& info) {
-                           return kind_name(std::get<0>(info.param)) + packing_name(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Optimizers, GpuShardedStep,
+    ::testing::Combine(::testing::Values(Kind::sgd, Kind::momentum, Kind::nesterov, Kind::adam, Kind::adamw),
+                       ::testing::Values(Packing::one_pack, Packing::per_variable, Packing::tiny_packs,
+                                         Packing::many_variables)),
+    [](const auto& info) { return kind_name(std::get<0>(info.param)) + packing_name(std::get<1>(info.param)); });
 
 // The explicit NcclAllReduce (real GPUs with NCCL only): the fused sharded step, with its uneven
 // pieces (ncclReduce and ncclBroadcast per piece) and even ones (ncclReduceScatter and
@@ -257,18 +255,33 @@ TEST(GpuCompressionCasts, RoundOnTheDeviceAsOnTheHost) {
   auto& host = detail::backend_for(cpu0);
   // float16 ties (1 + 2^-11 between 1 and 1 + 2^-10), bfloat16 ties (1 + 2^-8), the largest
   // float16 and the first value that overflows it, subnormals of both, signed zeros, infinity.
-  const std::vector<float> edges{1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 65504.0f,
-                                 65520.0f, 65519.0f, -65520.0f, 0x1p-24f, 0x1p-25f, 0x1p-126f, -0.0f, 0.0f,
-                                 std::numeric_limits<float>::infinity(), 3.4e38f, -1.5f, 1e-3f};
+  const std::vector<float> edges{1.0f + 0x1p-11f,
+                                 1.0f + 3 * 0x1p-11f,
+                                 1.0f + 0x1p-8f,
+                                 1.0f + 3 * 0x1p-8f,
+                                 65504.0f,
+                                 65520.0f,
+                                 65519.0f,
+                                 -65520.0f,
+                                 0x1p-24f,
+                                 0x1p-25f,
+                                 0x1p-126f,
+                                 -0.0f,
+                                 0.0f,
+                                 std::numeric_limits<float>::infinity(),
+                                 3.4e38f,
+                                 -1.5f,
+                                 1e-3f};
   for (const DType wide : {DType::float32, DType::float64}) {
     for (const DType half : {DType::float16, DType::bfloat16}) {
-      for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{31}, int64_t{32}, int64_t{33}, int64_t{257},
-                              int64_t{65537}}) {
+      for (const int64_t n :
+           {int64_t{0}, int64_t{1}, int64_t{31}, int64_t{32}, int64_t{33}, int64_t{257}, int64_t{65537}}) {
         const std::size_t w = dtype_size(wide), h = dtype_size(half);
         const auto count = static_cast<std::size_t>(n);
         std::vector<unsigned char> in(count * w);
         for (std::size_t i = 0; i < count; ++i) {
-          const float f = i < edges.size() ? edges[i] : static_cast<float>(static_cast<int64_t>(i % 4099) - 2049) / 7.0f;
+          const float f =
+              i < edges.size() ? edges[i] : static_cast<float>(static_cast<int64_t>(i % 4099) - 2049) / 7.0f;
           if (wide == DType::float32) {
             std::memcpy(&in[i * w], &f, w);
           } else {
@@ -294,8 +307,8 @@ TEST(GpuCompressionCasts, RoundOnTheDeviceAsOnTheHost) {
         std::vector<unsigned char> got_half(count * h), got_back(count * w);
         detail::copy_between(got_half.data(), cpu0, d_half.data(), gpu, got_half.size());
         detail::copy_between(got_back.data(), cpu0, d_back.data(), gpu, got_back.size());
-        const std::string what = std::string(dtype_name(wide)) + " -> " + dtype_name(half) + ", n = " +
-                                 std::to_string(n);
+        const std::string what =
+            std::string(dtype_name(wide)) + " -> " + dtype_name(half) + ", n = " + std::to_string(n);
         EXPECT_TRUE(got_half == host_half) << what;
         EXPECT_TRUE(got_back == host_back) << what << " and back";
       }

@@ -275,8 +275,8 @@ std::optional<Device> one_gpu(const std::vector<UntypedTensor>& srcs, const std:
 // casts agree), then the transport's sum of halves (all_reduce_half with dtype == half: in float,
 // in worker order, rounded once), widened exactly. Complete on return, as the host path is.
 void sum_halves_on_gpu(WorkerTransport& transport, DType dtype, DType half, const std::vector<UntypedTensor>& srcs,
-                       const std::vector<UntypedTensor>& dsts, const std::vector<std::size_t>& pack,
-                       const Device& gpu, TimePoint deadline) {
+                       const std::vector<UntypedTensor>& dsts, const std::vector<std::size_t>& pack, const Device& gpu,
+                       TimePoint deadline) {
   DeviceBackend& be = backend_for(gpu);
   int64_t total = 0;
   for (std::size_t i : pack) total += dsts[i].numel;

@@ -42,9 +42,9 @@ using detail::nccl::create_comms;
 using detail::nccl::enqueue_group;
 using detail::nccl::Limits;
 using Clock = std::chrono::steady_clock;
+using detail::nccl::is_power_of_two;
 using detail::nccl::nccl_type;
 using detail::nccl::wait_for_completion;
-using detail::nccl::is_power_of_two;
 
 }  // namespace
 

@@ -57,8 +57,8 @@ struct NcclAllReduce::Impl {
 
   // The communicators of these replica GPUs: the current ones, or new ones made by the first
   // replica to get here (the others find them ready).
-  std::shared_ptr<detail::nccl::Comms> acquire(const std::vector<int>& logical, const std::vector<int>& physical, double timeout_s,
-                                 bool run_aborted, const char* what) {
+  std::shared_ptr<detail::nccl::Comms> acquire(const std::vector<int>& logical, const std::vector<int>& physical,
+                                               double timeout_s, bool run_aborted, const char* what) {
     // Simulated GPUs (MIRRORED_SIMULATED_GPUS) are not CUDA devices: NCCL cannot serve them.
     auto& runtime = detail::gpu_runtime();
     MIRRORED_ENFORCE(detail::nccl_can_run(), FailedPreconditionError, "NcclAllReduce::", what, ": NCCL cannot run on ",

@@ -92,8 +92,8 @@ bool NcclAllReduce::all_reduce_and_update(CollectiveStep& step) {
   struct Staged {
     const detail::Pack* pack;
     detail::ShardedPack layout;
-    detail::UntypedTensor gathered;                                // every shard's updated slices
-    std::vector<std::array<detail::UntypedTensor, 2>> slots;        // this replica's updated slots
+    detail::UntypedTensor gathered;                           // every shard's updated slices
+    std::vector<std::array<detail::UntypedTensor, 2>> slots;  // this replica's updated slots
   };
   const std::vector<detail::Pack> packs = detail::optimizer_packs(mine);
   std::vector<Staged> staged;
