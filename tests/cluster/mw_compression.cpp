@@ -307,9 +307,9 @@ void check_mismatch(MultiWorkerMirroredStrategy& s) {
   CHECK(after[0] == static_cast<float>(N), after[0]);
 }
 
-// GPU replicas: the casts run on the GPU, so a compressed all-reduce moves half the bytes of an
-// uncompressed one from GPU:0 (the local result's device) to the host; several tensors of one pack
-// land at their offsets.
+// GPU replicas: the casts run on the GPU, so a compressed all-reduce (and a lone replica's
+// reduce-scatter) moves half the bytes of an uncompressed one from GPU:0 (the local result's
+// device) to the host; several tensors of one pack land at their offsets.
 void check_on_gpu(MultiWorkerMirroredStrategy& s, Compression c) {
   const auto [W, R, N] = setup(s);
   const Device gpu0(DeviceType::GPU, 0);
@@ -326,6 +326,20 @@ void check_on_gpu(MultiWorkerMirroredStrategy& s, Compression c) {
   CHECK(full - halves == static_cast<uint64_t>(n) * 2, compression_name(c), ": ", full,
         " bytes left GPU:0 uncompressed and ", halves, " compressed; the difference should be the ", n,
         " halves' 2 bytes each");
+  if (R == 1) {
+    // A lone GPU replica's reduce-scatter sums across workers on its GPU too.
+    auto scatter_d2h = [&](Compression how) {
+      const uint64_t before = transfer_counts(gpu0).device_to_host_bytes;
+      s.run([&] {
+        (void)get_replica_context()->reduce_scatter(
+            ReduceOp::SUM, input(kFractions, get_replica_context()->replica_id_in_sync_group(), n), compressed(how));
+      });
+      return transfer_counts(gpu0).device_to_host_bytes - before;
+    };
+    const uint64_t scatter_full = scatter_d2h(Compression::NONE), scatter_halves = scatter_d2h(c);
+    CHECK(scatter_full - scatter_halves == static_cast<uint64_t>(n) * 2, "reduce_scatter ", compression_name(c), ": ",
+          scatter_full, " bytes left GPU:0 uncompressed and ", scatter_halves, " compressed");
+  }
   const std::vector<int64_t> sizes{3, 40, 5};
   auto out = s.run([&] {
     const int g = get_replica_context()->replica_id_in_sync_group();

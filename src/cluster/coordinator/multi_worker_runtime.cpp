@@ -406,7 +406,10 @@ void MultiWorkerRuntime::reduce_scatter(ReduceOp op, CrossDeviceOps& local, Coll
     const UntypedTensor& first = step.inputs(0)[0];
     std::vector<UntypedTensor> parts;
     for (int r = 0; r < n; ++r) parts.push_back(step.inputs(r)[0]);
-    scattered_ = make_untyped(first.dtype, {first.numel}, cpu0);
+    // One local replica on a GPU: its sum stays there (so that a compressed one is rounded there,
+    // sum_across); several replicas sum into host memory, which every replica's copy reads.
+    const Device home = n == 1 && !first.device().is_host() ? first.device() : cpu0;
+    scattered_ = make_untyped(first.dtype, {first.numel}, home);
     local.reduce(ReduceOp::SUM, parts, scattered_);
     std::string signature = reduction_signature(op, step.inputs(0), step.compression()) + ", in pieces";
     for (int64_t piece : step.split()) signature += str_cat(" ", piece);
@@ -419,7 +422,7 @@ void MultiWorkerRuntime::reduce_scatter(ReduceOp op, CrossDeviceOps& local, Coll
   if (group) group->sync(me, deadline.extended(kLeaderGraceSeconds));
   const UntypedTensor& out = step.outputs(me)[0];
   const int64_t begin = split_begin(step.split(), rank_ * n + me);
-  copy_between(out.data(), out.device(), element_at(scattered_, begin), cpu0, out.bytes());
+  copy_between(out.data(), out.device(), element_at(scattered_, begin), scattered_.device(), out.bytes());
   // The leader keeps its reduction until every local replica has its piece.
   if (group) group->sync(me, deadline.extended(kLeaderGraceSeconds));
   if (me == 0) scattered_ = UntypedTensor();
