@@ -32,6 +32,20 @@
 //                         update_share = (step - anchor) / step: what the update adds to the
 //                         gradients' reduction (issue 26: <= 10 % where the interconnect bounds the
 //                         reduction); state_ratio: optimizer state per replica, sharded / unsharded.
+//   BM_AdamStepNccl       BM_AdamStep on {GPU:0, GPU:2}, two physical GPUs (registered only where
+//                         there are two): NcclAllReduce, whose sharded step is one stream-ordered
+//                         sequence (grouped reduce-scatter, the fused update of the slice, grouped
+//                         all-gather; nccl_optimizer_step.cpp). Same counters.
+//   BM_AdamStepNcclOneRank  BM_AdamStep on {GPU:0} alone through NCCL's one-rank communicator
+//                         (MIRRORED_NCCL_SINGLE_RANK): the fused sharded step's code on one GPU,
+//                         where reduce-scatter and all-gather are copies. Same counters.
+//   BM_CompressionCasts   the compression's casts on GPU:0 (CommunicationOptions::compression across
+//                         workers): 64 MiB of floats to float16 and back (the backend's cast kernel).
+//                         anchor: a D2D cudaMemcpyAsync of the 64 MiB. ratio = anchor_ms / cast_ms
+//                         (the casts move 12 bytes an element to the copy's 8: about 0.67 at best).
+//                         bus_ratio = floats_bus_ms / (cast_ms + halves_bus_ms): the floats' round
+//                         trip to pinned host memory against the casts and the halves' round trip
+//                         (what compressing on the GPU saves on the way to the other workers).
 //   BM_EmptyRun           strategy.run of an empty function on {GPU:0, GPU:1}: run_us per call.
 //
 // Built only in CUDA builds; without a GPU it prints why and exits 0.
@@ -49,6 +63,7 @@
 #include <memory>
 #include <vector>
 
+#include <mirrored/config.hpp>
 #include <mirrored/cuda.hpp>
 #include <mirrored/optimizers.hpp>
 
@@ -236,10 +251,15 @@ void BM_PrefetchToDevice(benchmark::State& state) {
   cudaFreeHost(pinned);
 }
 
-void BM_AdamStep(benchmark::State& state) {
+void sync_all(const std::vector<Device>& devices) {
+  for (const Device& d : devices) check(cudaStreamSynchronize(mirrored::cuda::stream(d)), "cudaStreamSynchronize");
+}
+
+// BM_AdamStep's measurement on the replicas `devices` of `s`.
+void adam_step(benchmark::State& state, MirroredStrategy& s, const std::vector<Device>& devices) {
   constexpr int kTensors = 100;
   constexpr int64_t kFloats = 25'000'000 / 4 / kTensors;
-  MirroredStrategy& s = two_logical();
+  const int n = static_cast<int>(devices.size());
   auto make_vars = [&] {
     std::vector<mirrored::Variable<float>> vars;
     auto scope = s.scope();
@@ -247,10 +267,10 @@ void BM_AdamStep(benchmark::State& state) {
     return vars;
   };
   const auto plain_vars = make_vars(), sharded_vars = make_vars();
-  std::vector<std::vector<Tensor<float>>> grads(2);
+  std::vector<std::vector<Tensor<float>>> grads(static_cast<std::size_t>(n));
   std::vector<Tensor<float>> whole;
-  for (int r = 0; r < 2; ++r) {
-    const Device d(DeviceType::GPU, r);
+  for (int r = 0; r < n; ++r) {
+    const Device& d = devices[static_cast<std::size_t>(r)];
     for (int i = 0; i < kTensors; ++i) grads[r].push_back(Tensor<float>::full({kFloats}, 1e-3f, d));
     whole.push_back(Tensor<float>::full({kFloats * kTensors}, 1e-3f, d));
   }
@@ -263,16 +283,16 @@ void BM_AdamStep(benchmark::State& state) {
       for (int i = 0; i < kTensors; ++i) gv.emplace_back(grads[r][i], vars[i]);
       opt.apply_gradients(gv);
     });
-    sync_both();
+    sync_all(devices);
   };
   auto anchor = [&] {
     s.run([&] {
       const int r = mirrored::get_replica_context()->replica_id_in_sync_group();
       (void)mirrored::get_replica_context()->all_reduce(ReduceOp::SUM, whole[r]);
     });
-    sync_both();
+    sync_all(devices);
   };
-  step(plain, plain_vars);  // warm: slots, caches, kernels
+  step(plain, plain_vars);  // warm: slots, caches, kernels (and NCCL's communicators)
   step(sharded, sharded_vars);
   anchor();
   double plain_ms = 0, sharded_ms = 0, anchor_ms = 0;
@@ -299,6 +319,82 @@ void BM_AdamStep(benchmark::State& state) {
                                   static_cast<double>(plain.state_bytes_per_replica()[0]);
 }
 
+void BM_AdamStep(benchmark::State& state) { adam_step(state, two_logical(), {kGpu0, kGpu1}); }
+
+// Registered only with two physical GPUs or more: GPU:0 (on physical GPU 0) and GPU:2 (physical
+// GPU 1, after the split of GPU 0), whose default ops are NcclAllReduce.
+void BM_AdamStepNccl(benchmark::State& state) {
+  const Device other(DeviceType::GPU, 2);
+  static MirroredStrategy* s = new MirroredStrategy({"GPU:0", "GPU:2"});  // never destroyed: lives until exit
+  adam_step(state, *s, {kGpu0, other});
+  state.SetLabel(s->extended().cross_device_ops().name());
+}
+
+// One replica on GPU:0 through NCCL's one-rank communicator (MIRRORED_NCCL_SINGLE_RANK, set in
+// main): the fused sharded step's code on a machine with one GPU.
+void BM_AdamStepNcclOneRank(benchmark::State& state) {
+  static MirroredStrategy* s =  // never destroyed: lives until exit
+      new MirroredStrategy({"GPU:0"}, std::make_shared<mirrored::NcclAllReduce>());
+  adam_step(state, *s, {kGpu0});
+}
+
+void BM_CompressionCasts(benchmark::State& state) {
+  const int64_t bytes = state.range(0);
+  const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
+  auto& backend = mirrored::detail::backend_for(kGpu0);
+  const cudaStream_t stream = mirrored::cuda::stream(kGpu0);
+  const Tensor<float> x = Tensor<float>::full({n}, 1.5f, kGpu0);
+  Tensor<float> back = Tensor<float>::empty({n}, kGpu0);
+  Tensor<mirrored::float16> halves = Tensor<mirrored::float16>::empty({n}, kGpu0);
+  void* pinned = nullptr;
+  check(cudaHostAlloc(&pinned, static_cast<std::size_t>(bytes), cudaHostAllocDefault), "cudaHostAlloc");
+  const auto f32 = mirrored::DType::float32, f16 = mirrored::DType::float16;
+  auto casts = [&] {
+    backend.cast(f32, x.data(), f16, halves.data(), n);
+    backend.cast(f16, halves.data(), f32, back.data(), n);
+    check(cudaStreamSynchronize(stream), "sync");
+  };
+  // What crosses between the workers' hosts and the GPU: the halves, or the floats.
+  auto bus = [&](void* src, void* dst, std::size_t b) {
+    check(cudaMemcpyAsync(pinned, src, b, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync D2H");
+    check(cudaMemcpyAsync(dst, pinned, b, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync H2D");
+    check(cudaStreamSynchronize(stream), "sync");
+  };
+  auto anchor = [&] {
+    check(cudaMemcpyAsync(back.data(), x.data(), static_cast<std::size_t>(bytes), cudaMemcpyDeviceToDevice, stream),
+          "cudaMemcpyAsync D2D");
+    check(cudaStreamSynchronize(stream), "sync");
+  };
+  casts();
+  anchor();
+  double cast_ms = 0, anchor_ms = 0, halves_ms = 0, floats_ms = 0;
+  for (auto _ : state) {
+    auto t = Clock::now();
+    casts();
+    const double a = ms_since(t);
+    cast_ms += a;
+    t = Clock::now();
+    anchor();
+    anchor_ms += ms_since(t);
+    t = Clock::now();
+    bus(halves.data(), halves.data(), static_cast<std::size_t>(bytes) / 2);
+    halves_ms += ms_since(t);
+    t = Clock::now();
+    bus(back.data(), back.data(), static_cast<std::size_t>(bytes));
+    floats_ms += ms_since(t);
+    state.SetIterationTime(a / 1e3);
+  }
+  if (back.to_vector()[static_cast<std::size_t>(n - 1)] != 1.5f) state.SkipWithError("the casts lost 1.5");
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["cast_ms"] = cast_ms / iters;
+  state.counters["anchor_ms"] = anchor_ms / iters;
+  state.counters["ratio"] = anchor_ms / cast_ms;
+  state.counters["halves_bus_ms"] = halves_ms / iters;
+  state.counters["floats_bus_ms"] = floats_ms / iters;
+  state.counters["bus_ratio"] = floats_ms / (cast_ms + halves_ms);
+  cudaFreeHost(pinned);
+}
+
 void BM_EmptyRun(benchmark::State& state) {
   MirroredStrategy& s = two_logical();
   s.run([] {});
@@ -318,6 +414,7 @@ BENCHMARK(BM_AllReduceSameGpu)->Arg(int64_t{256} << 20)->UseManualTime()->Unit(b
 BENCHMARK(BM_HostToDevice)->Arg(int64_t{64} << 20)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_PrefetchToDevice)->Arg(int64_t{64} << 20)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_AdamStep)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_CompressionCasts)->Arg(int64_t{64} << 20)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_EmptyRun)->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.5);
 
 }  // namespace
@@ -329,6 +426,25 @@ int main(int argc, char** argv) {
   }
   // Before any GPU use: GPU:0 and GPU:1 become two logical GPUs of physical GPU 0.
   mirrored::config::set_logical_gpu_devices(0, 2);
+  // Before any NcclAllReduce exists and before any thread: BM_AdamStepNcclOneRank's one replica
+  // goes through NCCL (no other benchmark has a single replica with NcclAllReduce).
+  ::setenv("MIRRORED_NCCL_SINGLE_RANK", "1", 1);
+  if (MIRRORED_HAVE_NCCL) {
+    benchmark::RegisterBenchmark("BM_AdamStepNcclOneRank", BM_AdamStepNcclOneRank)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(1.0);
+  }
+  int physical = 0;
+  check(cudaGetDeviceCount(&physical), "cudaGetDeviceCount");
+  if (physical >= 2) {
+    benchmark::RegisterBenchmark("BM_AdamStepNccl", BM_AdamStepNccl)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(1.0);
+  } else {
+    std::printf("bench_gpu: BM_AdamStepNccl skipped: NCCL needs two physical GPUs, %d visible\n", physical);
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -158,6 +158,14 @@ class NcclAllReduce : public CrossDeviceOps {
   /// One grouped NCCL call over every replica's GPU: `ncclReduceScatter` where every piece has the
   /// same size, else one `ncclReduce` per piece onto its replica's GPU.
   void reduce_scatter(ReduceOp op, CollectiveStep& step) override;
+  /// A sharded optimizer step (`shard_optimizer_state`) whose every tensor is on its replica's GPU,
+  /// those being distinct physical GPUs: per pack, a grouped NCCL reduce-scatter of the gradients,
+  /// the fused update of this replica's slices and a grouped NCCL all-gather of the updated slices,
+  /// ordered on the replica's stream without a host wait between them; one bounded wait for the
+  /// whole step, after which the results are copied into the variables (a step that fails changes
+  /// no parameter and no slot). False otherwise (unsharded steps, other devices, simulated GPUs,
+  /// and without NCCL in the build): the library's separate passes.
+  bool all_reduce_and_update(CollectiveStep& step) override;
   /// One grouped NCCL all-reduce over every replica's GPU, issued from the calling thread, when
   /// every input and output is on its replica's GPU and those are distinct physical GPUs (packed
   /// per `num_packs`); false otherwise (and without NCCL in the build).

@@ -35,6 +35,9 @@ void NcclAllReduce::reduce(ReduceOp, const std::vector<detail::UntypedTensor>&, 
 void NcclAllReduce::all_reduce(ReduceOp, CollectiveStep&) { no_nccl("all_reduce"); }
 void NcclAllReduce::all_gather(int, CollectiveStep&) { no_nccl("all_gather"); }
 void NcclAllReduce::reduce_scatter(ReduceOp, CollectiveStep&) { no_nccl("reduce_scatter"); }
+bool NcclAllReduce::all_reduce_and_update(CollectiveStep&) {
+  return false;  // the separate passes, whose collectives say why they cannot run
+}
 bool NcclAllReduce::batch_all_reduce(ReduceOp, const std::vector<std::vector<detail::UntypedTensor>>&,
                                      const std::vector<Device>&, std::vector<std::vector<detail::UntypedTensor>>&,
                                      const Deadline&) {

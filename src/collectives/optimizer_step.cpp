@@ -3,12 +3,14 @@
 //
 //   agree        the replicas join as `apply_gradients` and check they update the same variables
 //                with the same optimizer, before any byte moves
-//   fused        CPU replicas of one worker: the local ops sum each slice and update it in one pass
-//                (CrossDeviceOps::all_reduce_and_update)
+//   fused        one worker whose local ops have a path of their own
+//                (CrossDeviceOps::all_reduce_and_update): CPU replicas sum each slice and update it
+//                in one pass; NCCL GPUs with sharded state run the reduce-scatter, the update of
+//                the slice and the all-gather in one stream's order (nccl_optimizer_step.cpp)
 //   otherwise    unsharded: an all-reduce of the packed gradients, then every copy updated on its
 //                device; sharded: per pack, a reduce-scatter of the gradients cut by variable
-//                slices, this replica's slices updated (with its slices of the slots), and an
-//                all-gather of the updated slices into every copy
+//                slices (optimizer_layout.hpp), this replica's slices updated (with its slices of
+//                the slots), and an all-gather of the updated slices into every copy
 //
 // Either way the sums are in replica order and the update is the backend's fused loop, so on CPU
 // replicas every path gives the same bits.
@@ -18,8 +20,8 @@
 
 #include "collectives/collective_plan.hpp"
 #include "collectives/flight_recorder.hpp"
+#include "collectives/optimizer_layout.hpp"
 #include "collectives/packing.hpp"
-#include "mirrored/detail/balanced_split.hpp"
 #include "mirrored/detail/optimizer_step.hpp"
 #include "util/exceptions.hpp"
 #include "util/log.hpp"
@@ -75,19 +77,6 @@ void agree_optimizer_step(const CollectiveGroup& group) {
                      other.communication.bytes_per_pack, " and ",
                      compression_name(other.communication.compression));
   }
-}
-
-// The packs of a step's variables: runs on one device, closed by the pack rule, at most
-// kMaxUpdateSegments each (one backend call), or one variable each.
-std::vector<Pack> update_packs(const OptimizerStep& s) {
-  std::vector<PackLeaf> leaves;
-  for (const auto& p : s.params) leaves.push_back({s.dtype, p.device(), p.numel});
-  PackRule rule;
-  rule.bytes_per_pack = s.communication.bytes_per_pack;
-  rule.one_leaf_each = !s.pack;
-  rule.skip_empty = true;
-  rule.max_leaves = kMaxUpdateSegments;
-  return plan_packs(leaves, rule);
 }
 
 // The step counter where `device`'s kernels can read it: step_in itself, or a copy.
@@ -171,7 +160,7 @@ void update_copies(const OptimizerStep& s, const std::vector<UntypedTensor>& gra
   };
   std::vector<Launch> launches;
   std::vector<UntypedTensor> moved;  // gradients brought to their parameters' device
-  for (const Pack& pack : update_packs(s)) {
+  for (const Pack& pack : optimizer_packs(s)) {
     Launch launch{s.params[pack.leaves.front()].device(), {}, nullptr, 0};
     for (std::size_t v : pack.leaves) {
       UpdateSegment seg;
@@ -250,6 +239,18 @@ void CollectivePlan::apply_gradients(int replica, OptimizerStep& mine, const Dea
       flight.done();
       return;
     }
+  } else if (mine.sharded && mine.aggregate && stage_->num_workers() == 1 && !mine.params.empty() &&
+             !mine.params.front().device().is_host()) {
+    // One GPU replica: its ops may still have a fused path (NCCL's one-rank communicator under
+    // MIRRORED_NCCL_SINGLE_RANK, which a machine with one GPU tests). Host replicas keep the
+    // separate passes, as before.
+    const CollectiveStep::Buffers post{
+        &mine.grads, &mine.params, nullptr, ReduceOp::SUM, 0, 0, mine.communication.compression, nullptr, &mine};
+    CollectiveStep solo(post, deadline);
+    if (local_->all_reduce_and_update(solo)) {
+      flight.done();
+      return;
+    }
   }
   if (!mine.sharded) {
     if (n * stage_->num_workers() == 1) {
@@ -276,72 +277,36 @@ void CollectivePlan::apply_sharded(int replica, OptimizerStep& mine, const Deadl
   const int local = group_.size();
   const int64_t num = static_cast<int64_t>(local) * stage_->num_workers();
   const int64_t me = static_cast<int64_t>(stage_->worker_index()) * local + replica;
-  const std::size_t elem = dtype_size(mine.dtype);
   StepCounters steps(mine);
-  for (const Pack& pack : update_packs(mine)) {
+  for (const Pack& pack : optimizer_packs(mine)) {
     const Device device = mine.params[pack.leaves.front()].device();
-    // Shard-major: every replica's slices of the pack's variables, one replica after the other,
-    // so that a reduce-scatter hands each replica its slices and an all-gather restores them.
-    std::vector<int64_t> split(static_cast<std::size_t>(num), 0);
-    for (int64_t q = 0; q < num; ++q)
-      for (std::size_t v : pack.leaves) split[static_cast<std::size_t>(q)] += balanced_piece(mine.params[v].numel, num, q).count;
-    auto shard_major = [&](const std::vector<UntypedTensor>& whole, int64_t only) {
-      // One replica's slices (`only` >= 0) or every replica's, packed from `whole`.
-      UntypedTensor out = make_untyped(mine.dtype, {only >= 0 ? split[static_cast<std::size_t>(only)] : pack.numel},
-                                       device);
-      int64_t offset = 0;
-      for (int64_t q = 0; q < num; ++q) {
-        if (only >= 0 && q != only) continue;
-        for (std::size_t v : pack.leaves) {
-          const auto piece = balanced_piece(mine.params[v].numel, num, q);
-          if (piece.count)
-            copy_between(element_at(out, offset), device, element_at(whole[v], piece.begin), whole[v].device(),
-                         static_cast<std::size_t>(piece.count) * elem);
-          offset += piece.count;
-        }
-      }
-      return out;
-    };
+    const ShardedPack layout = sharded_pack(mine, pack, num);
+    std::vector<const UntypedTensor*> grads, params;
+    for (std::size_t v : pack.leaves) {
+      grads.push_back(&mine.grads[v]);
+      params.push_back(&mine.params[v]);
+    }
     // This replica's slices of the summed gradients (or of its own, already reduced).
-    UntypedTensor grads;
+    UntypedTensor slice;
     if (mine.aggregate) {
-      const std::vector<UntypedTensor> in{shard_major(mine.grads, -1)};
-      const std::vector<UntypedTensor> out{make_untyped(mine.dtype, {split[static_cast<std::size_t>(me)]}, device)};
-      const CollectiveStep::Buffers post{&in, &out, nullptr, ReduceOp::SUM, 0, 0, mine.communication.compression, &split};
+      const std::vector<UntypedTensor> in{pack_shard_major(layout, grads, -1, mine.dtype, device)};
+      const std::vector<UntypedTensor> out{
+          make_untyped(mine.dtype, {layout.split()[static_cast<std::size_t>(me)]}, device)};
+      const CollectiveStep::Buffers post{
+          &in, &out, nullptr, ReduceOp::SUM, 0, 0, mine.communication.compression, &layout.split()};
       reduce_scatter(CollectiveKind::reduce_scatter, replica, post, deadline);
-      grads = out[0];
+      slice = out[0];
     } else {
-      grads = shard_major(mine.grads, me);
+      slice = pack_shard_major(layout, grads, me, mine.dtype, device);
     }
     // Update this replica's slices of the parameters, with its slices of the slots.
-    std::vector<UpdateSegment> segments;
-    int64_t offset = 0;
-    for (std::size_t v : pack.leaves) {
-      const auto piece = balanced_piece(mine.params[v].numel, num, me);
-      if (piece.count) {
-        UpdateSegment seg;
-        seg.param = element_at(mine.params[v], piece.begin);
-        seg.grad = element_at(grads, offset);
-        seg.count = piece.count;
-        for (int k = 0; k < 2; ++k) seg.slot[k] = mine.slots[v][k].storage ? mine.slots[v][k].data() : nullptr;
-        segments.push_back(seg);
-      }
-      offset += piece.count;
-    }
+    const std::vector<UpdateSegment> segments = shard_update_segments(layout, mine, pack.leaves, me, slice);
     backend_for(device).apply_optimizer(mine.dtype, mine.update, segments.data(), static_cast<int>(segments.size()),
                                         steps.on(device), nullptr);
     // Every replica's updated slices into every copy.
-    const UntypedTensor gathered = all_gather(replica, shard_major(mine.params, me), 0, deadline)[0];
-    offset = 0;
-    for (int64_t q = 0; q < num; ++q) {
-      for (std::size_t v : pack.leaves) {
-        const auto piece = balanced_piece(mine.params[v].numel, num, q);
-        if (piece.count && q != me)
-          copy_between(element_at(mine.params[v], piece.begin), device, element_at(gathered, offset), device,
-                       static_cast<std::size_t>(piece.count) * elem);
-        offset += piece.count;
-      }
-    }
+    const UntypedTensor gathered =
+        all_gather(replica, pack_shard_major(layout, params, me, mine.dtype, device), 0, deadline)[0];
+    unpack_shard_major(layout, gathered, me, params);
   }
   steps.write();
 }

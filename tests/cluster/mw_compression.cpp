@@ -52,11 +52,16 @@ bool same_bits(T a, T b) {
   return std::memcmp(&a, &b, sizeof(T)) == 0;
 }
 
+// --gpus 1: the local replicas (this many) are GPU:0..R-1 and every input lives on its replica's
+// GPU, so the compressed packs are rounded and widened by the GPUs' cast kernels.
+int g_gpu_replicas = 0;
+
 template <class T>
 Tensor<T> input(const Inputs<T>& x, int g, int64_t n) {
   std::vector<T> v(static_cast<std::size_t>(n));
   for (int64_t k = 0; k < n; ++k) v[static_cast<std::size_t>(k)] = x(g, k);
-  return Tensor<T>::from_vector(std::move(v), {n});
+  auto t = Tensor<T>::from_vector(std::move(v), {n});
+  return g_gpu_replicas > 0 ? t.to(Device(DeviceType::GPU, g % g_gpu_replicas)) : t;
 }
 
 // The first element of `got` (starting at element `first` of the whole) that is not `want(k)`; -1 if none.
@@ -302,13 +307,72 @@ void check_mismatch(MultiWorkerMirroredStrategy& s) {
   CHECK(after[0] == static_cast<float>(N), after[0]);
 }
 
+// GPU replicas: the casts run on the GPU, so a compressed all-reduce (and a lone replica's
+// reduce-scatter) moves half the bytes of an uncompressed one from GPU:0 (the local result's
+// device) to the host; several tensors of one pack land at their offsets.
+void check_on_gpu(MultiWorkerMirroredStrategy& s, Compression c) {
+  const auto [W, R, N] = setup(s);
+  const Device gpu0(DeviceType::GPU, 0);
+  constexpr int64_t n = 4099;
+  auto d2h = [&](Compression how) {
+    const uint64_t before = transfer_counts(gpu0).device_to_host_bytes;
+    s.run([&] {
+      (void)get_replica_context()->all_reduce(
+          ReduceOp::SUM, input(kFractions, get_replica_context()->replica_id_in_sync_group(), n), compressed(how));
+    });
+    return transfer_counts(gpu0).device_to_host_bytes - before;
+  };
+  const uint64_t full = d2h(Compression::NONE), halves = d2h(c);
+  CHECK(full - halves == static_cast<uint64_t>(n) * 2, compression_name(c), ": ", full,
+        " bytes left GPU:0 uncompressed and ", halves, " compressed; the difference should be the ", n,
+        " halves' 2 bytes each");
+  if (R == 1) {
+    // A lone GPU replica's reduce-scatter sums across workers on its GPU too.
+    auto scatter_d2h = [&](Compression how) {
+      const uint64_t before = transfer_counts(gpu0).device_to_host_bytes;
+      s.run([&] {
+        (void)get_replica_context()->reduce_scatter(
+            ReduceOp::SUM, input(kFractions, get_replica_context()->replica_id_in_sync_group(), n), compressed(how));
+      });
+      return transfer_counts(gpu0).device_to_host_bytes - before;
+    };
+    const uint64_t scatter_full = scatter_d2h(Compression::NONE), scatter_halves = scatter_d2h(c);
+    CHECK(scatter_full - scatter_halves == static_cast<uint64_t>(n) * 2, "reduce_scatter ", compression_name(c), ": ",
+          scatter_full, " bytes left GPU:0 uncompressed and ", scatter_halves, " compressed");
+  }
+  const std::vector<int64_t> sizes{3, 40, 5};
+  auto out = s.run([&] {
+    const int g = get_replica_context()->replica_id_in_sync_group();
+    std::vector<Tensor<float>> xs;
+    int64_t at = 0;
+    for (int64_t size : sizes) {
+      const Inputs<float> shifted = [at](int g2, int64_t k) { return kFractions(g2, at + k); };
+      xs.push_back(input(shifted, g, size));
+      at += size;
+    }
+    std::vector<float> all;
+    for (const auto& t : get_replica_context()->all_reduce(ReduceOp::SUM, xs, compressed(c)))
+      for (float v : t.to_vector()) all.push_back(v);
+    return all;
+  });
+  for (int r = 0; r < R; ++r)
+    CHECK(first_wrong<float>(out[r], 0, [&](int64_t k) { return rule_for(c, kFractions, W, R, k); }) < 0,
+          "a pack of three tensors ", compression_name(c), " replica ", r);
+}
+
 }  // namespace
 
 int compression(const Args& a) {
   CommunicationOptions o = options(a.timeout);
   if (a.implementation == "ring") o.implementation = CommunicationImplementation::RING;
-  MultiWorkerMirroredStrategy s(o, nullptr, cpus(a.replicas));
+  std::vector<std::string> devices = cpus(a.replicas);
+  if (a.gpus) {
+    g_gpu_replicas = a.replicas;
+    for (int r = 0; r < a.replicas; ++r) devices[static_cast<std::size_t>(r)] = "GPU:" + std::to_string(r);
+  }
+  MultiWorkerMirroredStrategy s(o, nullptr, devices);
   for (const Compression c : {Compression::FP16, Compression::BF16}) {
+    if (a.gpus) check_on_gpu(s, c);
     check_exact(s, c);
     check_fractions(s, c);
     check_range(s, c);

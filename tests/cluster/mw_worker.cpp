@@ -4,6 +4,7 @@
 // did not come.
 //
 //   mirrored_mw_worker <scenario> [--replicas R] [--timeout S] [--victim K] [--step N] [--implementation auto|ring]
+//                      [--gpus 1]  (compression: replicas and their inputs on GPU:0..R-1)
 //
 // Scenarios: collectives, ring (all-reduces of uneven sizes), compression (mw_compression.cpp), mismatch, kill
 // (worker K kills itself at step N), stop (worker K stops itself), never_join (expects the start-up to fail),
@@ -53,6 +54,8 @@ Args parse(int argc, char** argv) {
       a.step = std::stoi(v);
     else if (flag == "--implementation")
       a.implementation = v;
+    else if (flag == "--gpus")
+      a.gpus = v == "1";
   }
   return a;
 }

@@ -29,6 +29,7 @@ struct Args {
   int victim = 1;
   int step = 3;
   std::string implementation = "auto";  // "ring": CommunicationImplementation::RING (TCP between workers)
+  bool gpus = false;                    // --gpus 1: replicas on GPU:0..R-1 (compression; simulated GPUs in CI)
 };
 
 inline std::vector<std::string> cpus(int n) {

@@ -136,6 +136,35 @@ INSTANTIATE_TEST_SUITE_P(Clusters, CompressedCollectives,
                                   "Replicas" + (info.param.shm ? "SharedMemory" : "Tcp");
                          });
 
+// The same scenario with every replica on a simulated GPU of its worker (MIRRORED_SIMULATED_GPUS:
+// the device-generic paths CI runs), where the compressed packs are rounded and widened by the
+// GPUs' cast kernels: the same bits, and half the bytes from the GPU to the host.
+class CompressedCollectivesOnGpus : public ::testing::TestWithParam<Config> {};
+
+TEST_P(CompressedCollectivesOnGpus, RoundOnTheGpuAndFollowTheRoundingRule) {
+  const Config c = GetParam();
+  std::vector<std::string> args{"--replicas", std::to_string(c.replicas), "--gpus", "1"};
+  std::map<std::string, std::string> env{{"MIRRORED_SIMULATED_GPUS", std::to_string(c.replicas)}};
+  if (c.shm) {
+    env.insert(kShm.begin(), kShm.end());
+  } else {
+    env.insert(kTcp.begin(), kTcp.end());
+    args.insert(args.end(), {"--implementation", "ring"});
+  }
+  Job job(c.workers, ranks(c.workers), worker("compression", args), env);
+  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  for (int w = 0; w < c.workers; ++w) {
+    EXPECT_EQ(job.code(w), 0) << job.outputs();
+    EXPECT_THAT(job.output(w), HasSubstr("OK worker " + std::to_string(w)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Clusters, CompressedCollectivesOnGpus,
+                         ::testing::Values(Config{2, 1, false}, Config{2, 2, true}), [](const auto& info) {
+                           return std::to_string(info.param.workers) + "Workers" + std::to_string(info.param.replicas) +
+                                  "Gpus" + (info.param.shm ? "SharedMemory" : "Tcp");
+                         });
+
 TEST(MultiWorker, TheFileStoreWorksLikeTheChiefsStore) {
   testing::TempDir dir;
   Job job(2, ranks(2), worker("collectives", {"--replicas", "1"}),

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,7 +86,80 @@ TEST_F(NcclOneRank, StrategyStaysUsableAfterTheReplicaFails) {
   EXPECT_EQ(step(false)[0], 2.0f);
 }
 
+// The sharded optimizer step through the one-rank communicator (NcclAllReduce::all_reduce_and_update:
+// a grouped reduce-scatter, the fused update of the slice and a grouped all-gather on the
+// replica's stream, one wait): the unsharded step's weights and slots, bit for bit (integer-valued
+// gradients: every sum is exact).
+TEST_F(NcclOneRank, ShardedStepGivesTheUnshardedBits) {
+  const Device gpu0(DeviceType::GPU, 0);
+  auto train = [&](bool sharded) {
+    MirroredStrategy s({"GPU:0"}, std::make_shared<NcclAllReduce>());
+    const std::vector<Shape> shapes{{7, 3}, {1000}, {1}};
+    std::vector<Variable<float>> vars;
+    {
+      auto scope = s.scope();
+      for (const Shape& shape : shapes) vars.emplace_back(Tensor<float>::full(shape, 0.25f));
+    }
+    optimizers::Adam<float> adam({.learning_rate = 0.01, .shard_optimizer_state = sharded});
+    for (int step = 0; step < 3; ++step) {
+      s.run([&] {
+        optimizers::GradsAndVars<float> gv;
+        for (std::size_t k = 0; k < vars.size(); ++k)
+          gv.emplace_back(Tensor<float>::full(shapes[k], static_cast<float>(step + static_cast<int>(k)) - 2.0f, gpu0),
+                          vars[k]);
+        adam.apply_gradients(gv);
+      });
+    }
+    std::vector<std::vector<float>> out;
+    for (const auto& v : vars) {
+      out.push_back(v.components()[0].to_vector());
+      out.push_back(adam.get_slot(v, "m").value().to_vector());
+      out.push_back(adam.get_slot(v, "v").value().to_vector());
+    }
+    out.push_back({static_cast<float>(adam.iterations())});
+    return out;
+  };
+  const auto sharded = train(true);
+  EXPECT_EQ(sharded, train(false));
+  EXPECT_EQ(sharded.back()[0], 3.0f);
+}
+
 #if MIRRORED_HAVE_CUDA
+// The fused sharded step's one wait has the step's deadline: behind a stalled stream it raises
+// DeadlineExceededError, having aborted the communicator, and changes nothing (the step commits
+// only once it completed); once the stream is free the next step makes a new communicator and
+// completes.
+TEST_F(NcclOneRank, AStalledShardedStepMissesItsDeadlineAndTheNextOneRuns) {
+  MirroredStrategy s({"GPU:0"}, std::make_shared<NcclAllReduce>());
+  const Device gpu0(DeviceType::GPU, 0);
+  std::optional<Variable<float>> w;
+  {
+    auto scope = s.scope();
+    w.emplace(Tensor<float>::full({1 << 16}, 1.0f));
+  }
+  optimizers::SGD<float> sgd({.learning_rate = 1.0, .shard_optimizer_state = true});
+  sgd.communication.timeout_seconds = 1;
+  auto step = [&](bool stall) {
+    s.run([&] {
+      if (stall) {
+        cudaLaunchHostFunc(
+            cuda::current_stream(), [](void*) { std::this_thread::sleep_for(std::chrono::seconds(4)); }, nullptr);
+      }
+      sgd.apply_gradients({{Tensor<float>::full({1 << 16}, 2.0f, gpu0), *w}});
+    });
+  };
+  const std::string msg = testing::message_of<DeadlineExceededError>([&] { step(true); });
+  EXPECT_THAT(msg, HasSubstr("apply_gradients"));
+  EXPECT_THAT(msg, HasSubstr("communicators were aborted"));
+  ASSERT_EQ(cudaStreamSynchronize(cuda::stream(gpu0)), cudaSuccess);
+  // The failed step changed nothing: neither the weights nor the step count.
+  EXPECT_EQ(w->components()[0].to_vector(), std::vector<float>(1 << 16, 1.0f));
+  EXPECT_EQ(sgd.iterations(), 0);
+  step(false);
+  EXPECT_EQ(w->components()[0].to_vector(), std::vector<float>(1 << 16, -1.0f));
+  EXPECT_EQ(sgd.iterations(), 1);
+}
+
 // The replica's stream is busy (a host function sleeping 4 s) when the all-reduce is enqueued
 // behind it: the collective cannot complete within its 1 s deadline. The communicator is aborted,
 // DeadlineExceededError is raised, and once the stream is free the next collective makes a new

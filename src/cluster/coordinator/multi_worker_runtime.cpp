@@ -6,6 +6,7 @@
 #include "collectives/collective_group.hpp"
 #include "collectives/collective_helpers.hpp"
 #include "collectives/packing.hpp"
+#include "device/gpu/logical_gpus.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"
 #include "util/exceptions.hpp"
@@ -256,6 +257,49 @@ void MultiWorkerRuntime::agree(const std::string& op, const std::function<std::s
   coordinator().collective(op.c_str(), deadline, [&](TimePoint d) { check_same_call(op, signature(), d); });
 }
 
+namespace {
+
+// The GPU every tensor of `pack` (sources and destinations) lives on, if they share one backend.
+std::optional<Device> one_gpu(const std::vector<UntypedTensor>& srcs, const std::vector<UntypedTensor>& dsts,
+                              const std::vector<std::size_t>& pack) {
+  const Device first = srcs[pack[0]].device();
+  if (first.is_host()) return std::nullopt;
+  for (std::size_t i : pack)
+    if (!same_backend(srcs[i].device(), first) || !same_backend(dsts[i].device(), first)) return std::nullopt;
+  return first;
+}
+
+// A compressed pack of one GPU's tensors: rounded to `half` by that GPU's cast kernel and widened
+// back there, so that only the halves cross the bus (half the bytes each way) and the host
+// converts nothing. The bits are the host path's: the same rounding of each element (the backends'
+// casts agree), then the transport's sum of halves (all_reduce_half with dtype == half: in float,
+// in worker order, rounded once), widened exactly. Complete on return, as the host path is.
+void sum_halves_on_gpu(WorkerTransport& transport, DType dtype, DType half, const std::vector<UntypedTensor>& srcs,
+                       const std::vector<UntypedTensor>& dsts, const std::vector<std::size_t>& pack, const Device& gpu,
+                       TimePoint deadline) {
+  DeviceBackend& be = backend_for(gpu);
+  int64_t total = 0;
+  for (std::size_t i : pack) total += dsts[i].numel;
+  const UntypedTensor halves = make_untyped(half, {total}, gpu);
+  int64_t at = 0;
+  for (std::size_t i : pack) {
+    if (srcs[i].numel) be.cast(dtype, srcs[i].data(), half, element_at(halves, at), srcs[i].numel);
+    at += srcs[i].numel;
+  }
+  const UntypedTensor host = make_untyped(half, {total}, cpu0);
+  copy_between(host.data(), cpu0, halves.data(), gpu, host.bytes());  // after the casts, on their stream
+  transport.all_reduce_half(half, half, host.data(), host.data(), total, deadline);
+  copy_between(halves.data(), gpu, host.data(), cpu0, host.bytes());
+  at = 0;
+  for (std::size_t i : pack) {
+    if (dsts[i].numel) be.cast(half, element_at(halves, at), dtype, dsts[i].data(), dsts[i].numel);
+    at += dsts[i].numel;
+  }
+  be.synchronize();
+}
+
+}  // namespace
+
 void MultiWorkerRuntime::sum_across(const std::vector<UntypedTensor>& srcs, const std::vector<UntypedTensor>& dsts,
                                     int64_t bytes_per_pack, Compression compression, TimePoint deadline) {
   WorkerTransport& transport = coordinator().transport();
@@ -268,6 +312,12 @@ void MultiWorkerRuntime::sum_across(const std::vector<UntypedTensor>& srcs, cons
       else
         transport.all_reduce_sum(dtype, in, out, count, deadline);
     };
+    if (half) {
+      if (const std::optional<Device> gpu = one_gpu(srcs, dsts, pack)) {
+        sum_halves_on_gpu(transport, dtype, *half, srcs, dsts, pack, *gpu, deadline);
+        continue;
+      }
+    }
     bool direct = pack.size() == 1;
     for (std::size_t i : pack) direct = direct && srcs[i].device().is_host() && dsts[i].device().is_host();
     if (direct) {
@@ -356,7 +406,10 @@ void MultiWorkerRuntime::reduce_scatter(ReduceOp op, CrossDeviceOps& local, Coll
     const UntypedTensor& first = step.inputs(0)[0];
     std::vector<UntypedTensor> parts;
     for (int r = 0; r < n; ++r) parts.push_back(step.inputs(r)[0]);
-    scattered_ = make_untyped(first.dtype, {first.numel}, cpu0);
+    // One local replica on a GPU: its sum stays there (so that a compressed one is rounded there,
+    // sum_across); several replicas sum into host memory, which every replica's copy reads.
+    const Device home = n == 1 && !first.device().is_host() ? first.device() : cpu0;
+    scattered_ = make_untyped(first.dtype, {first.numel}, home);
     local.reduce(ReduceOp::SUM, parts, scattered_);
     std::string signature = reduction_signature(op, step.inputs(0), step.compression()) + ", in pieces";
     for (int64_t piece : step.split()) signature += str_cat(" ", piece);
@@ -369,7 +422,7 @@ void MultiWorkerRuntime::reduce_scatter(ReduceOp op, CrossDeviceOps& local, Coll
   if (group) group->sync(me, deadline.extended(kLeaderGraceSeconds));
   const UntypedTensor& out = step.outputs(me)[0];
   const int64_t begin = split_begin(step.split(), rank_ * n + me);
-  copy_between(out.data(), out.device(), element_at(scattered_, begin), cpu0, out.bytes());
+  copy_between(out.data(), out.device(), element_at(scattered_, begin), scattered_.device(), out.bytes());
   // The leader keeps its reduction until every local replica has its piece.
   if (group) group->sync(me, deadline.extended(kLeaderGraceSeconds));
   if (me == 0) scattered_ = UntypedTensor();

@@ -72,7 +72,8 @@ class MultiWorkerRuntime : public WorkerStage {
   void gather_across(const UntypedTensor& local_concat, const std::vector<Shape>& shapes, int local_replicas, int axis,
                      const UntypedTensor& out, Coordinator::Clock::time_point deadline);
   // Sums `srcs[i]` of every worker into `dsts[i]` (host or device), packed per dtype run; float32
-  // and float64 packs cross as `compression` says (WorkerTransport::all_reduce_half).
+  // and float64 packs cross as `compression` says (WorkerTransport::all_reduce_half), rounded to
+  // the half type and widened back by their GPU's kernels when a pack lives on one GPU.
   void sum_across(const std::vector<UntypedTensor>& srcs, const std::vector<UntypedTensor>& dsts,
                   int64_t bytes_per_pack, Compression compression, Coordinator::Clock::time_point deadline);
 

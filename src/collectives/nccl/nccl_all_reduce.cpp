@@ -18,6 +18,7 @@
 #include "collectives/collective_helpers.hpp"
 #include "collectives/deferred_completion.hpp"
 #include "collectives/nccl/nccl_comms.hpp"
+#include "collectives/nccl/nccl_ops.hpp"
 #include "collectives/ops_selection.hpp"
 #include "collectives/packing.hpp"
 #include "device/cuda/cuda_backend.hpp"
@@ -42,10 +43,9 @@ using detail::nccl::create_comms;
 using detail::nccl::enqueue_group;
 using detail::nccl::Limits;
 using Clock = std::chrono::steady_clock;
+using detail::nccl::is_power_of_two;
 using detail::nccl::nccl_type;
 using detail::nccl::wait_for_completion;
-
-bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 // The host wait for rank `me`'s NCCL work (errors, the deadline, aborting the communicators on
 // either): now, or, under a DeferredCompletion (an asynchronous collective's lane), once the lane
@@ -61,40 +61,6 @@ void wait_or_defer_completion(const std::shared_ptr<Comms>& comms, int me, CudaB
 }
 
 }  // namespace
-
-struct NcclAllReduce::Impl {
-  static constexpr double kInitTimeoutS = 120;
-  // MIRRORED_NCCL_SINGLE_RANK=1 (test only, read once when the ops are made): a single replica
-  // goes through a one-rank communicator instead of a plain copy.
-  const bool single_rank = [] {
-    const char* v = std::getenv("MIRRORED_NCCL_SINGLE_RANK");
-    return v && std::string(v) == "1";
-  }();
-  std::mutex mu;
-  std::shared_ptr<Comms> current;
-
-  // The smallest number of replicas that goes through NCCL.
-  int min_ranks() const noexcept { return single_rank ? 1 : 2; }
-
-  // The communicators of these replica GPUs: the current ones, or new ones made by the first
-  // replica to get here (the others find them ready).
-  std::shared_ptr<Comms> acquire(const std::vector<int>& logical, const std::vector<int>& physical, double timeout_s,
-                                 bool run_aborted, const char* what) {
-    // Simulated GPUs (MIRRORED_SIMULATED_GPUS) are not CUDA devices: NCCL cannot serve them.
-    auto& runtime = detail::gpu_runtime();
-    MIRRORED_ENFORCE(detail::nccl_can_run(), FailedPreconditionError, "NcclAllReduce::", what, ": NCCL cannot run on ",
-                     runtime.name(), " GPUs (", runtime.unavailable_reason(),
-                     "); use ReductionToOneDevice, the default for them");
-    std::lock_guard lock(mu);
-    if (current && !current->aborted && current->logical == logical) return current;
-    MIRRORED_ENFORCE(!run_aborted, AbortedError, "NcclAllReduce: the run was aborted because another replica failed");
-    current.reset();  // aborts the previous set (it is idle: no collective of it is in flight)
-    // Creating communicators (topology detection, connections) can take seconds on a large
-    // machine, more than a short collective deadline allows; it gets at least kInitTimeoutS.
-    current = create_comms(logical, physical, std::max(timeout_s, kInitTimeoutS));
-    return current;
-  }
-};
 
 namespace {
 
@@ -220,6 +186,55 @@ class RankPacks {
 };
 
 }  // namespace
+
+namespace detail::nccl {
+
+ncclResult_t enqueue_reduce_scatter(const void* in, void* out, const std::vector<int64_t>& split, int me, DType dtype,
+                                    ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  const bool equal = std::all_of(split.begin(), split.end(), [&](int64_t c) { return c == split[0]; });
+  if (equal) {
+    return ncclReduceScatter(in, out, static_cast<std::size_t>(split[static_cast<std::size_t>(me)]), nccl_type(dtype),
+                             op, comm, stream);
+  }
+  // Uneven pieces (rows that do not divide by the replicas): one reduction per piece onto its
+  // rank, in the caller's group; each rank sends every piece and receives its own.
+  const auto elem = static_cast<int64_t>(dtype_size(dtype));
+  int64_t begin = 0;
+  for (int root = 0; root < static_cast<int>(split.size()); ++root) {
+    const auto count = static_cast<std::size_t>(split[static_cast<std::size_t>(root)]);
+    const void* send = static_cast<const unsigned char*>(in) + begin * elem;
+    begin += split[static_cast<std::size_t>(root)];
+    if (count == 0) continue;
+    // The receive buffer is read on the root only.
+    void* recv = root == me ? out : const_cast<void*>(send);
+    const ncclResult_t r = ncclReduce(send, recv, count, nccl_type(dtype), op, root, comm, stream);
+    if (r != ncclSuccess && r != ncclInProgress) return r;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t enqueue_all_gather(const void* send, void* recv, const std::vector<int64_t>& split, int me, DType dtype,
+                                ncclComm_t comm, cudaStream_t stream) {
+  const bool equal = std::all_of(split.begin(), split.end(), [&](int64_t c) { return c == split[0]; });
+  if (equal) {
+    return ncclAllGather(send, recv, static_cast<std::size_t>(split[static_cast<std::size_t>(me)]), nccl_type(dtype),
+                         comm, stream);
+  }
+  const auto elem = static_cast<int64_t>(dtype_size(dtype));
+  int64_t begin = 0;
+  for (int root = 0; root < static_cast<int>(split.size()); ++root) {
+    const auto count = static_cast<std::size_t>(split[static_cast<std::size_t>(root)]);
+    void* at = static_cast<unsigned char*>(recv) + begin * elem;
+    begin += split[static_cast<std::size_t>(root)];
+    if (count == 0) continue;
+    // The send buffer is read on the root only.
+    const ncclResult_t r = ncclBroadcast(root == me ? send : at, at, count, nccl_type(dtype), root, comm, stream);
+    if (r != ncclSuccess && r != ncclInProgress) return r;
+  }
+  return ncclSuccess;
+}
+
+}  // namespace detail::nccl
 
 NcclAllReduce::NcclAllReduce(int num_packs) : num_packs_(num_packs), impl_(std::make_unique<Impl>()) {
   MIRRORED_ENFORCE(num_packs >= 0, InvalidArgumentError, "NcclAllReduce: num_packs must be >= 0, got ", num_packs);
@@ -481,30 +496,11 @@ void NcclAllReduce::reduce_scatter(ReduceOp op, CollectiveStep& step) {
   detail::CudaDeviceGuard guard(be.physical(), be.device());
   const cudaStream_t stream = be.stream_for_call();
   const DType dtype = in.dtype;
-  const std::size_t elem = dtype_size(dtype);
   // ncclAvg as the all-reduce uses it: exact only for a power of two of floats.
   const bool avg = op == ReduceOp::MEAN && is_power_of_two(n) && dtype_is_floating(dtype);
-  const bool equal = std::all_of(split.begin(), split.end(), [&](int64_t c) { return c == split[0]; });
   enqueue_group(*comms, {me}, limits, "reduce_scatter", [&](int, ncclComm_t comm) {
-    if (equal) {
-      return ncclReduceScatter(in.data(), out.data(), static_cast<std::size_t>(split[me]), nccl_type(dtype),
-                               avg ? ncclAvg : ncclSum, comm, stream);
-    }
-    // Uneven pieces (rows that do not divide by the replicas): one reduction per piece onto its
-    // replica, in one group; each rank sends every piece and receives its own.
-    int64_t begin = 0;
-    for (int root = 0; root < n; ++root) {
-      const auto count = static_cast<std::size_t>(split[root]);
-      const void* send = static_cast<const unsigned char*>(in.data()) + begin * static_cast<int64_t>(elem);
-      begin += split[root];
-      if (count == 0) continue;
-      // The receive buffer is read on the root only.
-      void* recv = root == me ? out.data() : const_cast<void*>(send);
-      const ncclResult_t r =
-          ncclReduce(send, recv, count, nccl_type(dtype), avg ? ncclAvg : ncclSum, root, comm, stream);
-      if (r != ncclSuccess && r != ncclInProgress) return r;
-    }
-    return ncclSuccess;
+    return detail::nccl::enqueue_reduce_scatter(in.data(), out.data(), split, me, dtype, avg ? ncclAvg : ncclSum, comm,
+                                                stream);
   });
   if (op == ReduceOp::MEAN && !avg && out.numel > 0) be.divide(dtype, out.data(), out.numel, n);
   be.check(cudaEventRecord(comms->done[me], stream), "cudaEventRecord");
