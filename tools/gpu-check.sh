@@ -61,8 +61,9 @@ bench 40 150 30
 train 20 90 10
 memcheck $SAN_MIN_S $SAN_MAX_S 70"
 # Training adds no kernels and is slow under memcheck; NCCL's own kernels are not ours to check and
-# its proxy threads make memcheck runs time out.
-SAN_FILTER=${GPU_CHECK_SANITIZER_FILTER:--*Training*:*Nccl*}
+# its proxy threads make memcheck runs time out (the gpu executable sets MIRRORED_NCCL_SINGLE_RANK,
+# so its sharded-step and asynchronous tests run NCCL too).
+SAN_FILTER=${GPU_CHECK_SANITIZER_FILTER:--*Training*:*Nccl*:*ShardedStep*:*Async*}
 
 # The benchmark targets (see bench/bench_gpu.cpp and docs/gpu.md): "benchmark counter minimum
 # description". A counter below its minimum fails the check; a missing one too.

@@ -72,6 +72,9 @@ class CollectiveStep {
   /// True once the run this collective belongs to was aborted (another replica failed): a
   /// backend that waits on its own (e.g. for a device) gives up then.
   bool aborted() const noexcept;
+  /// The group of the step's replicas, or nullptr for a replica alone: it outlives the step (a
+  /// wait that runs after the step has gone, e.g. a deferred NCCL completion, watches its abort).
+  detail::CollectiveGroup* group() const noexcept { return group_; }
   /// `CommunicationOptions::bytes_per_pack` of this collective (what the replicas posted, checked
   /// equal): inputs are reduced in packs of about this many bytes (0: one pack per run of
   /// same-dtype tensors). Plan them with `detail::plan_packs`.

@@ -108,6 +108,8 @@ class StepCounters {
 // order, after the packs that ran) when a later launch fails, so that a failed step changes
 // nothing. A copy within the device costs no host wait and needs no change to the update kernel;
 // a step of one launch per device (at most kMaxUpdateSegments variables) keeps nothing.
+constexpr std::size_t kMaxBackupBytes = std::size_t{256} << 20;
+
 class PackBackup {
  public:
   explicit PackBackup(DType dtype) : dtype_(dtype) {}
@@ -184,10 +186,22 @@ void update_copies(const OptimizerStep& s, const std::vector<UntypedTensor>& gra
   int64_t* const step_out = static_cast<int64_t*>(s.step_out.data());
   const bool last_writes_step = !launches.empty() && launches.back().device == s.step_in.device();
   // A launch that fails after others ran must find their parameters and slots as they were: every
-  // pack that may be followed by a launch is backed up before the first update.
+  // pack that may be followed by a launch is backed up before the first update -- on devices whose
+  // launches can fail (a host update does not, once prepared), and up to kMaxBackupBytes: a copy of
+  // a large model's parameters and slots would take memory it may not have, and on CUDA a launch
+  // that fails after others succeeded is in practice a sticky error, after which the device's
+  // memory is lost anyway (docs/gpu.md).
   PackBackup backup(s.dtype);
   const std::size_t backed = last_writes_step ? launches.size() - 1 : launches.size();
-  if (launches.size() + (last_writes_step ? 0 : 1) > 1) {
+  std::size_t backup_bytes = 0;
+  bool launch_can_fail = false;
+  for (std::size_t j = 0; j < backed; ++j) {
+    launch_can_fail = launch_can_fail || !launches[j].device.is_host();
+    for (const UpdateSegment& seg : launches[j].segments)
+      for (const void* p : {seg.param, seg.slot[0], seg.slot[1]})
+        if (p) backup_bytes += static_cast<std::size_t>(seg.count) * elem;
+  }
+  if (launches.size() + (last_writes_step ? 0 : 1) > 1 && launch_can_fail && backup_bytes <= kMaxBackupBytes) {
     for (std::size_t j = 0; j < backed; ++j) {
       for (const UpdateSegment& seg : launches[j].segments) backup.keep(launches[j].device, seg);
       launches[j].kept = backup.entries();

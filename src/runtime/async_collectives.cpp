@@ -117,7 +117,9 @@ void AsyncRunner::run(AsyncCollective& job) noexcept {
             job.backend->record_stream_use(t.data(), *job.backend);
         }
       }
-      deferred.emplace();
+      // With one worker only: across workers the leader sends the local result on to the other
+      // workers within the collective, which must not happen before NCCL's errors are checked.
+      if (ctx.strategy().extended().num_workers() == 1) deferred.emplace();
       ctx.joined(job.kind(), job.buffers(), backstop, job.flight_seq);
       job.backend->record_event(*job.completed);
     } else {

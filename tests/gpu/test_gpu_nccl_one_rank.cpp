@@ -137,7 +137,8 @@ TEST_F(NcclOneRank, AStalledShardedStepMissesItsDeadlineAndTheNextOneRuns) {
     auto scope = s.scope();
     w.emplace(Tensor<float>::full({1 << 16}, 1.0f));
   }
-  optimizers::SGD<float> sgd({.learning_rate = 1.0, .shard_optimizer_state = true});
+  // With momentum: plain SGD has no slots, so nothing to shard, and its step would not be sharded.
+  optimizers::SGD<float> sgd({.learning_rate = 1.0, .momentum = 0.5, .shard_optimizer_state = true});
   sgd.communication.timeout_seconds = 1;
   auto step = [&](bool stall) {
     s.run([&] {

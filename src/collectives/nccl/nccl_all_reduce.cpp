@@ -52,7 +52,9 @@ using detail::nccl::wait_for_completion;
 // has published the result, whose readers are ordered after the work on the device already.
 void wait_or_defer_completion(const std::shared_ptr<Comms>& comms, int me, CudaBackend& be, const Limits& limits,
                               const char* what) {
-  const Limits later{limits.timeout_s, limits.deadline, nullptr};  // the step is gone by then
+  // The step is gone by then; its group (the strategy's) is not, and a failure of another replica
+  // aborts it.
+  const Limits later{limits.timeout_s, limits.deadline, nullptr, limits.step ? limits.step->group() : nullptr};
   const bool deferred = detail::DeferredCompletion::defer([comms, me, &be, later, what] {
     detail::CudaDeviceGuard guard(be.physical(), be.device());
     wait_for_completion(*comms, me, be, later, what);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/collective_group.hpp"
 #include "device/cuda/cuda_backend.hpp"
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/errors.hpp"
@@ -76,12 +77,14 @@ struct Limits {
   double timeout_s;
   std::chrono::steady_clock::time_point deadline;
   CollectiveStep* step = nullptr;
+  // Watched instead of `step` by a wait that runs after the step has gone (a deferred completion).
+  const CollectiveGroup* group = nullptr;
   /// The call's `deadline`, moved later by the time `creating` communicators took since
   /// `started` (their creation, once per set of GPUs, has a bound of its own: it is start-up, not
   /// the collective; with communicators in place the move is nil).
   static Limits until(const Deadline& deadline, std::chrono::steady_clock::time_point started,
                       CollectiveStep* step = nullptr);
-  bool aborted() const { return step && step->aborted(); }
+  bool aborted() const { return (step && step->aborted()) || (group && group->aborted()); }
 };
 
 // Waits until rank `me`'s enqueued NCCL work (and what follows it on the stream up to `done`)
