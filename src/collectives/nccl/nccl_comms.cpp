@@ -73,6 +73,40 @@ ncclDataType_t nccl_type(DType d) {
   return ncclUint8;
 }
 
+void init_ranks(Comms& c, int nranks, int first_rank, const ncclUniqueId& id, ncclConfig_t& config,
+                const std::string& all, const char* call) {
+  ncclResult_t res = ncclGroupStart();
+  if (res != ncclSuccess) throw_nccl_error(res, "ncclGroupStart", all, nullptr);
+  ncclResult_t failed = ncclSuccess;
+  const char* failed_call = call;
+  int failed_rank = 0;
+  GroupScope group;
+  try {
+    for (int r = 0; r < static_cast<int>(c.comms.size()) && failed == ncclSuccess; ++r) {
+      const auto k = static_cast<std::size_t>(r);
+      CudaDeviceGuard guard(c.physical[k], Device(DeviceType::GPU, c.logical[k]));  // may throw
+      res = ncclCommInitRankConfig(&c.comms[k], nranks, id, first_rank + r, &config);
+      if (res != ncclSuccess && res != ncclInProgress) {
+        failed = res;
+        failed_rank = r;
+      }
+    }
+  } catch (...) {
+    (void)group.end();
+    c.abort_locked();  // the ranks already initialising
+    throw;
+  }
+  res = group.end();
+  if (failed == ncclSuccess && res != ncclSuccess && res != ncclInProgress) {
+    failed = res;
+    failed_call = "ncclGroupEnd (communicator initialisation)";
+  }
+  if (failed != ncclSuccess) {
+    c.abort_locked();
+    throw_nccl_error(failed, failed_call, c.where(failed_rank), nullptr);
+  }
+}
+
 std::shared_ptr<Comms> create_comms(const std::vector<int>& logical, const std::vector<int>& physical,
                                     double timeout_s) {
   const int n = static_cast<int>(logical.size());
@@ -95,35 +129,7 @@ std::shared_ptr<Comms> create_comms(const std::vector<int>& logical, const std::
       CudaDeviceGuard guard(physical[r], be.device());
       be.check(cudaEventCreateWithFlags(&c->done[r], cudaEventDisableTiming), "cudaEventCreateWithFlags");
     }
-    res = ncclGroupStart();
-    if (res != ncclSuccess) throw_nccl_error(res, "ncclGroupStart", all, nullptr);
-    ncclResult_t failed = ncclSuccess;
-    const char* failed_call = "ncclCommInitRankConfig";
-    int failed_rank = 0;
-    GroupScope group;
-    try {
-      for (int r = 0; r < n && failed == ncclSuccess; ++r) {
-        CudaDeviceGuard guard(physical[r], Device(DeviceType::GPU, logical[r]));  // may throw
-        res = ncclCommInitRankConfig(&c->comms[r], n, id, r, &config);
-        if (res != ncclSuccess && res != ncclInProgress) {
-          failed = res;
-          failed_rank = r;
-        }
-      }
-    } catch (...) {
-      (void)group.end();
-      c->abort_locked();  // the ranks already initialising
-      throw;
-    }
-    res = group.end();
-    if (failed == ncclSuccess && res != ncclSuccess && res != ncclInProgress) {
-      failed = res;
-      failed_call = "ncclGroupEnd (communicator initialisation)";
-    }
-    if (failed != ncclSuccess) {
-      c->abort_locked();
-      throw_nccl_error(failed, failed_call, c->where(failed_rank), nullptr);
-    }
+    init_ranks(*c, n, 0, id, config, all, "ncclCommInitRankConfig");
   }
   // Non-blocking initialisation: wait until every communicator is ready, within the deadline.
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);

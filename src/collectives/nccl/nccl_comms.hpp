@@ -64,6 +64,13 @@ struct Comms {
   }
 };
 
+// Starts this process's communicators in one NCCL group: c.comms[r] becomes rank first_rank + r
+// of `nranks` on c.physical[r] (c.mu held exclusively). On any failure it aborts those started and
+// throws, naming `call` (or the group) and the rank's GPU; `all` names every GPU, for a failed
+// ncclGroupStart.
+void init_ranks(Comms& c, int nranks, int first_rank, const ncclUniqueId& id, ncclConfig_t& config,
+                const std::string& all, const char* call);
+
 /// Creates and initialises the communicators of these replica GPUs (rank r on `logical[r]`, which
 /// lives on `physical[r]`) within `timeout_s`. \throws DeadlineExceededError past it (having
 /// aborted them), the NCCL error of a failed initialisation.

@@ -116,32 +116,8 @@ std::unique_ptr<WorldAllReduce> make_nccl_world_all_reduce(const std::vector<Dev
       be.check(cudaEventCreateWithFlags(&c->done[static_cast<std::size_t>(r)], cudaEventDisableTiming),
                "cudaEventCreateWithFlags");
     }
-    ncclResult_t res = ncclGroupStart();
-    if (res != ncclSuccess) nccl::throw_nccl_error(res, "ncclGroupStart", "the workers' GPUs", nullptr);
-    ncclResult_t failed = ncclSuccess;
-    int failed_rank = 0;
-    nccl::GroupScope group;
-    try {
-      for (int r = 0; r < n_local && failed == ncclSuccess; ++r) {
-        CudaDeviceGuard guard(physical[static_cast<std::size_t>(r)],
-                              Device(DeviceType::GPU, logical[static_cast<std::size_t>(r)]));  // may throw
-        res = ncclCommInitRankConfig(&c->comms[static_cast<std::size_t>(r)], nranks, id, rank * n_local + r, &config);
-        if (res != ncclSuccess && res != ncclInProgress) {
-          failed = res;
-          failed_rank = r;
-        }
-      }
-    } catch (...) {
-      (void)group.end();
-      c->abort_locked();  // the ranks already initialising
-      throw;
-    }
-    res = group.end();
-    if (failed == ncclSuccess && res != ncclSuccess && res != ncclInProgress) failed = res;
-    if (failed != ncclSuccess) {
-      c->abort_locked();
-      nccl::throw_nccl_error(failed, "ncclCommInitRankConfig (every worker's GPUs)", c->where(failed_rank), nullptr);
-    }
+    nccl::init_ranks(*c, nranks, rank * n_local, id, config, "the workers' GPUs",
+                     "ncclCommInitRankConfig (every worker's GPUs)");
   }
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
   for (int r = 0; r < n_local; ++r) {
