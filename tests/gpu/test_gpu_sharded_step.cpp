@@ -24,48 +24,22 @@
 #include "collectives/ops_selection.hpp"
 #include "device/gpu/gpu_runtime.hpp"
 #include "mirrored/detail/device_backend.hpp"
+#include "variables/optimizer_kinds.hpp"
 
 namespace mirrored {
 namespace gpu_sharded_step {  // named: the unity build puts these beside the other gpu tests
 
-enum class Kind { sgd, momentum, nesterov, adam, adamw };
+using testing::Kind;
+using testing::slot_names;
 
-std::string kind_name(Kind k) {
-  switch (k) {
-    case Kind::sgd: return "Sgd";
-    case Kind::momentum: return "Momentum";
-    case Kind::nesterov: return "Nesterov";
-    case Kind::adam: return "Adam";
-    case Kind::adamw: return "AdamW";
-  }
-  return "?";
-}
-
-std::vector<std::string> slot_names(Kind k) {
-  if (k == Kind::sgd) return {};
-  if (k == Kind::momentum || k == Kind::nesterov) return {"momentum"};
-  return {"m", "v"};
+std::string camel_kind_name(Kind k) {
+  std::string name = testing::kind_name(k);
+  name[0] = static_cast<char>(name[0] - 'a' + 'A');  // test names as CamelCase
+  return name;
 }
 
 std::unique_ptr<optimizers::Optimizer<float>> make(Kind k, bool sharded) {
-  switch (k) {
-    case Kind::sgd:
-      return std::make_unique<optimizers::SGD<float>>(
-          optimizers::SGDOptions{.learning_rate = 0.5, .shard_optimizer_state = sharded});
-    case Kind::momentum:
-      return std::make_unique<optimizers::SGD<float>>(
-          optimizers::SGDOptions{.learning_rate = 0.5, .momentum = 0.5, .shard_optimizer_state = sharded});
-    case Kind::nesterov:
-      return std::make_unique<optimizers::SGD<float>>(optimizers::SGDOptions{
-          .learning_rate = 0.5, .momentum = 0.5, .nesterov = true, .shard_optimizer_state = sharded});
-    case Kind::adam:
-      return std::make_unique<optimizers::Adam<float>>(
-          optimizers::AdamOptions{.learning_rate = 0.01, .shard_optimizer_state = sharded});
-    case Kind::adamw:
-      return std::make_unique<optimizers::AdamW<float>>(
-          optimizers::AdamWOptions{.learning_rate = 0.01, .weight_decay = 0.01, .shard_optimizer_state = sharded});
-  }
-  return nullptr;
+  return testing::make_optimizer<float>(k, sharded, {.learning_rate = 0.5, .momentum = 0.5});
 }
 
 // How the variables are packed.
@@ -207,7 +181,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(Kind::momentum, Kind::nesterov, Kind::adam, Kind::adamw),
                        ::testing::Values(Packing::one_pack, Packing::per_variable, Packing::tiny_packs,
                                          Packing::many_variables)),
-    [](const auto& info) { return kind_name(std::get<0>(info.param)) + packing_name(std::get<1>(info.param)); });
+    [](const auto& info) { return camel_kind_name(std::get<0>(info.param)) + packing_name(std::get<1>(info.param)); });
 
 // The explicit NcclAllReduce (real GPUs with NCCL only): the fused sharded step, with its uneven
 // pieces (ncclReduce and ncclBroadcast per piece) and even ones (ncclReduceScatter and

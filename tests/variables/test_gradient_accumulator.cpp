@@ -29,24 +29,7 @@ using testing::message_of;
 using testing::slot_names;
 
 std::unique_ptr<optimizers::Optimizer<float>> make(Kind k, bool sharded) {
-  switch (k) {
-    case Kind::sgd:
-      return std::make_unique<optimizers::SGD<float>>(
-          optimizers::SGDOptions{.learning_rate = 0.25, .shard_optimizer_state = sharded});
-    case Kind::momentum:
-      return std::make_unique<optimizers::SGD<float>>(
-          optimizers::SGDOptions{.learning_rate = 0.25, .momentum = 0.5, .shard_optimizer_state = sharded});
-    case Kind::nesterov:
-      return std::make_unique<optimizers::SGD<float>>(optimizers::SGDOptions{
-          .learning_rate = 0.25, .momentum = 0.5, .nesterov = true, .shard_optimizer_state = sharded});
-    case Kind::adam:
-      return std::make_unique<optimizers::Adam<float>>(
-          optimizers::AdamOptions{.learning_rate = 0.01, .shard_optimizer_state = sharded});
-    case Kind::adamw:
-      return std::make_unique<optimizers::AdamW<float>>(
-          optimizers::AdamWOptions{.learning_rate = 0.01, .weight_decay = 0.01, .shard_optimizer_state = sharded});
-  }
-  return nullptr;
+  return testing::make_optimizer<float>(k, sharded, {.learning_rate = 0.25, .momentum = 0.5});
 }
 
 // Sizes that none of the replica counts divides (the sharded update cuts them unevenly).

@@ -34,24 +34,7 @@ enum class Ops { InProcess, ToOneDevice };
 
 template <class T>
 std::unique_ptr<optimizers::Optimizer<T>> make(Kind k, bool sharded) {
-  switch (k) {
-    case Kind::sgd:
-      return std::make_unique<optimizers::SGD<T>>(
-          optimizers::SGDOptions{.learning_rate = 0.01, .shard_optimizer_state = sharded});
-    case Kind::momentum:
-      return std::make_unique<optimizers::SGD<T>>(
-          optimizers::SGDOptions{.learning_rate = 0.01, .momentum = 0.9, .shard_optimizer_state = sharded});
-    case Kind::nesterov:
-      return std::make_unique<optimizers::SGD<T>>(optimizers::SGDOptions{
-          .learning_rate = 0.01, .momentum = 0.9, .nesterov = true, .shard_optimizer_state = sharded});
-    case Kind::adam:
-      return std::make_unique<optimizers::Adam<T>>(
-          optimizers::AdamOptions{.learning_rate = 0.01, .shard_optimizer_state = sharded});
-    case Kind::adamw:
-      return std::make_unique<optimizers::AdamW<T>>(
-          optimizers::AdamWOptions{.learning_rate = 0.01, .weight_decay = 0.01, .shard_optimizer_state = sharded});
-  }
-  return nullptr;
+  return testing::make_optimizer<T>(k, sharded);
 }
 
 // Shapes whose sizes divide by none of the replica counts (and one smaller than most of them).
