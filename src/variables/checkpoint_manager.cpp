@@ -25,6 +25,7 @@
 #include "util/atomic_file.hpp"
 #include "util/files.hpp"
 #include "util/log.hpp"
+#include "variables/checkpoint_directory.hpp"
 #include "variables/checkpoint_header.hpp"
 
 namespace mirrored::checkpoint {
@@ -33,142 +34,6 @@ namespace mirrored::checkpoint {
 namespace manager_files {
 
 using detail::str_cat;
-
-constexpr std::string_view kIndexName = "checkpoint";
-constexpr std::string_view kDataPrefix = "ckpt-";
-constexpr std::string_view kDataSuffix = ".safetensors";
-constexpr const char* kStepKey = "mirrored.manager.step";
-constexpr std::string_view kLatestKey = "model_checkpoint_path";
-constexpr std::string_view kAllKey = "all_model_checkpoint_paths";
-/// An index larger than this is not one the manager wrote (it lists at most max_to_keep names).
-constexpr std::size_t kMaxIndexBytes = std::size_t{1} << 20;
-
-std::string data_name(int64_t step) { return str_cat(kDataPrefix, step, kDataSuffix); }
-
-/// The step of a data file's name `ckpt-<digits>.safetensors`, or nullopt for any other name.
-std::optional<int64_t> step_of(std::string_view name) {
-  if (name.size() <= kDataPrefix.size() + kDataSuffix.size() || name.substr(0, kDataPrefix.size()) != kDataPrefix ||
-      name.substr(name.size() - kDataSuffix.size()) != kDataSuffix)
-    return std::nullopt;
-  const std::string_view digits =
-      name.substr(kDataPrefix.size(), name.size() - kDataPrefix.size() - kDataSuffix.size());
-  if (digits.size() > 18) return std::nullopt;  // fits int64
-  int64_t step = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return std::nullopt;
-    step = step * 10 + (c - '0');
-  }
-  return step;
-}
-
-/// A dropped checkpoint's file kept to write the next save into: `.ckpt-spare.<suffix>`.
-constexpr std::string_view kSparePrefix = ".ckpt-spare.";
-
-/// A stray file of a crashed save: `ckpt-<n>.safetensors.tmp.<suffix>`, `checkpoint.tmp.<suffix>`,
-/// a spare of a manager that has gone (another manager's spare is only kept while it is the one
-/// saving), or the lock files earlier versions made (`ckpt-<n>.safetensors.lock`, `checkpoint.lock`).
-bool is_stray(std::string_view name) {
-  if (name.substr(0, kSparePrefix.size()) == kSparePrefix) return name.size() > kSparePrefix.size();
-  if (name.substr(0, kIndexName.size()) == kIndexName) {
-    const std::string_view rest = name.substr(kIndexName.size());
-    return rest == ".lock" || (rest.size() > 5 && rest.substr(0, 5) == ".tmp.");
-  }
-  const auto end = name.find(kDataSuffix);
-  if (end == std::string_view::npos || !step_of(name.substr(0, end + kDataSuffix.size()))) return false;
-  const std::string_view rest = name.substr(end + kDataSuffix.size());
-  return rest == ".lock" || (rest.size() > 5 && rest.substr(0, 5) == ".tmp.");
-}
-
-/// The index: the kept data files' names, oldest first (the last is the newest).
-struct Index {
-  std::vector<std::string> kept;
-};
-
-/// Parses the index text; nullopt when it is not an index the manager wrote.
-std::optional<Index> parse_index(std::string_view text) {
-  Index index;
-  std::optional<std::string> latest;
-  while (!text.empty()) {
-    const auto eol = text.find('\n');
-    std::string_view line = text.substr(0, eol);
-    text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
-    if (line.empty()) continue;
-    const auto colon = line.find(": \"");
-    if (colon == std::string_view::npos || line.back() != '"') return std::nullopt;
-    const std::string_view key = line.substr(0, colon);
-    const std::string_view value = line.substr(colon + 3, line.size() - colon - 4);
-    if (!step_of(value)) return std::nullopt;  // never a path elsewhere ("../x"): names of this directory only
-    if (key == kLatestKey) {
-      if (latest) return std::nullopt;
-      latest = std::string(value);
-    } else if (key == kAllKey) {
-      if (std::find(index.kept.begin(), index.kept.end(), value) != index.kept.end()) return std::nullopt;
-      index.kept.emplace_back(value);
-    } else {
-      return std::nullopt;
-    }
-  }
-  if (!latest || index.kept.empty() || index.kept.back() != *latest) return std::nullopt;
-  return index;
-}
-
-std::string format_index(const Index& index) {
-  std::string out = str_cat(kLatestKey, ": \"", index.kept.back(), "\"\n");
-  for (const auto& name : index.kept) out += str_cat(kAllKey, ": \"", name, "\"\n");
-  return out;
-}
-
-/// The data files of `dir` by step (regular files named `ckpt-<n>.safetensors`), highest first.
-std::vector<std::pair<int64_t, std::string>> scan(const std::string& dir) {
-  std::vector<std::pair<int64_t, std::string>> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return out;
-  while (const dirent* e = ::readdir(d)) {
-    const auto step = step_of(e->d_name);
-    struct stat st {};
-    if (step && ::fstatat(::dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode))
-      out.emplace_back(*step, e->d_name);
-  }
-  ::closedir(d);
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  return out;
-}
-
-bool exists_regular(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/// The index of `dir`, or nullopt when it is missing, unreadable as an index or corrupt (a
-/// warning says which, except when missing).
-std::optional<Index> read_index(const std::string& dir, const std::string& who) {
-  const std::string path = str_cat(dir, "/", kIndexName);
-  std::string text;
-  try {
-    const detail::ReadableFile f = detail::open_regular_file(path, who);
-    if (f.size() > kMaxIndexBytes) {
-      MIRRORED_LOG(warn, who, "index '", path, "' has ", f.size(), " bytes, not an index; scanning the directory");
-      return std::nullopt;
-    }
-    text.resize(static_cast<std::size_t>(f.size()));
-    std::size_t done = 0;
-    while (done < text.size()) {
-      const ssize_t n = ::read(f.fd(), text.data() + done, text.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      done += static_cast<std::size_t>(n);
-    }
-    text.resize(done);
-  } catch (const NotFoundError&) {
-    return std::nullopt;
-  } catch (const Error& e) {
-    MIRRORED_LOG(warn, e.what(), "; scanning the directory instead of reading the index");
-    return std::nullopt;
-  }
-  auto index = parse_index(text);
-  if (!index) MIRRORED_LOG(warn, who, "index '", path, "' is corrupt; scanning the directory");
-  return index;
-}
 
 void require_cross_replica_manager(const char* op) {
   const auto& ts = detail::thread_state();
@@ -217,18 +82,6 @@ detail::UntypedTensor bytes_tensor(const std::string& bytes) {
   Tensor<uint8_t> t = Tensor<uint8_t>::empty({static_cast<int64_t>(bytes.size())});
   if (!bytes.empty()) std::memcpy(t.data(), bytes.data(), bytes.size());
   return untyped(t);
-}
-
-void write_all_fd(int fd, const std::string& text, const std::string& who, const std::string& file) {
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      detail::throw_file_error(who, "writing", file, errno);
-    }
-    done += static_cast<std::size_t>(n);
-  }
 }
 
 }  // namespace manager_files
