@@ -59,17 +59,12 @@ iters=50,10
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-free_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 40000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-}
+# shellcheck source=tools/free_port.sh
+source tools/free_port.sh # the script runs from the repository root
 
 run_torch() {
   local port
-  port=$(free_port)
+  port=$(free_port 127.0.0.1)
   "$python" bench/torch_gloo_allreduce.py 1 2 "$port" "$sizes" "$iters" &
   local other=$!
   "$python" bench/torch_gloo_allreduce.py 0 2 "$port" "$sizes" "$iters"

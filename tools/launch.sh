@@ -56,22 +56,10 @@ if ((BASH_VERSINFO[0] < 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] < 1))); 
   exit 2
 fi
 
-# A port nobody listens on (the chief binds it; the others only name their worker).
+# free_port HOST: a port nobody listens on (the chief binds it; the others only name their worker).
+# shellcheck source=tools/free_port.sh
+source "$(dirname "${BASH_SOURCE[0]}")/free_port.sh"
 declare -A taken=()
-free_port() {
-  local p tries
-  for ((tries = 0; tries < 200; tries++)); do
-    p=$((20000 + RANDOM % 40000))
-    [ -n "${taken[$p]:-}" ] && continue
-    if ! (exec 3<>"/dev/tcp/$host/$p") 2>/dev/null; then
-      taken[$p]=1
-      echo "$p"
-      return 0
-    fi
-  done
-  echo "launch: found no free port on $host" >&2
-  return 1
-}
 
 # Each worker is a job of its own (a process group): signals reach the program and its children.
 set -m
@@ -95,7 +83,7 @@ run_round() {
   taken=()
   local addresses=""
   for ((i = 0; i < n; i++)); do
-    port=$(free_port) || return 1
+    port=$(free_port "$host" "${!taken[@]}") || return 1
     taken[$port]=1
     addresses+="${addresses:+, }\"$host:$port\""
   done

@@ -34,18 +34,50 @@ extern char** environ;
 
 namespace mirrored::testing {
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
+/// A TCP port on 127.0.0.1 that was free a moment ago, for a worker to listen on later.
+///
+/// Chosen below the kernel's ephemeral range (ip_local_port_range) when there is room: a port the
+/// kernel hands out itself (bind to port 0, the local end of an outgoing connection) could be taken
+/// by any other test's connection between this pick and the worker's bind, and the worker then
+/// fails with EADDRINUSE. Below the range only a deliberate listener can take it, and the probe
+/// (bound as the chief binds, with SO_REUSEADDR) sees that. A port handed out once in this process
+/// is not handed out again.
 inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) throw std::runtime_error("bind");
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  int lo = 32768, hi = 60999;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> lo >> hi;
+  int first = 10000, last = lo - 1;  // below the ephemeral range
+  if (last - first < 2000) {
+    first = hi + 1;  // else above it
+    last = 65535;
+  }
+  if (last - first < 2000) {
+    first = 1024;  // else anywhere unprivileged (a crowded machine's last resort)
+    last = 65535;
+  }
+  static std::mutex mu;
+  static std::set<int> handed_out;
+  static std::mt19937 rng(std::random_device{}());
+  std::lock_guard lock(mu);
+  for (int tries = 0; tries < 1000; ++tries) {
+    const int port = std::uniform_int_distribution<int>(first, last)(rng);
+    if (handed_out.count(port)) continue;
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw std::runtime_error("socket");
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    ::close(fd);
+    if (free) {
+      handed_out.insert(port);
+      return port;
+    }
+  }
+  throw std::runtime_error("no free port on 127.0.0.1 between " + std::to_string(first) + " and " +
+                           std::to_string(last));
 }
 
 /// A fresh directory under TMPDIR (or /tmp), removed with the object.
