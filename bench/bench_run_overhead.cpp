@@ -316,10 +316,12 @@ void BM_FlightRecorderOverhead(benchmark::State& state) {
   if (bytes) {
     mirrored::detail::FlightRing ring(256);
     const std::vector<int64_t> shape{bytes / static_cast<int64_t>(sizeof(float))};
+    const auto deadline = mirrored::Deadline::after(60);  // made by every call anyway
     constexpr int kCalls = 200000;
     const auto t0 = Clock::now();
     for (int i = 0; i < kCalls; ++i) {
-      mirrored::detail::FlightCall call(ring, mirrored::detail::CollectiveKind::all_reduce, 0, 0, &shape, bytes, false);
+      mirrored::detail::FlightCall call(ring, deadline, mirrored::detail::CollectiveKind::all_reduce, 0, 0, &shape, bytes,
+                                        false);
       call.done();
     }
     const double call_s = seconds(Clock::now() - t0) / kCalls;
@@ -339,8 +341,10 @@ BENCHMARK(BM_FlightRecorderOverhead)
 void BM_FlightCall(benchmark::State& state) {
   mirrored::detail::FlightRing ring(256);
   const std::vector<int64_t> shape{16384};
+  const auto deadline = mirrored::Deadline::after(60);  // made by every call anyway
   for (auto _ : state) {
-    mirrored::detail::FlightCall call(ring, mirrored::detail::CollectiveKind::all_reduce, 0, 0, &shape, 65536, false);
+    mirrored::detail::FlightCall call(ring, deadline, mirrored::detail::CollectiveKind::all_reduce, 0, 0, &shape, 65536,
+                                      false);
     call.done();
   }
   benchmark::DoNotOptimize(ring.next_seq());

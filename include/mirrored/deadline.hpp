@@ -20,7 +20,8 @@ class Deadline {
   /// cannot overflow the clock into the past; negative ones mean "now".
   static Deadline after(double seconds) noexcept {
     const double s = std::clamp(seconds, 0.0, kMaxSeconds);
-    return Deadline(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)), s);
+    const Clock::time_point now = Clock::now();
+    return Deadline(now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)), s, now);
   }
 
   /// The point in time, for `wait_until` and friends.
@@ -32,18 +33,23 @@ class Deadline {
   bool expired() const noexcept { return Clock::now() >= at_; }
   /// The timeout this deadline was made from, for messages ("within 2 s"); never for waiting.
   double timeout_seconds() const noexcept { return timeout_s_; }
+  /// When it was made: when the call entered the library (the flight recorder's issue time, which
+  /// thus costs no clock read of its own).
+  Clock::time_point made() const noexcept { return made_; }
   /// The same deadline `seconds` later: for a wait that must outlast another party's wait on this
   /// deadline (the one that reports why), never to re-arm a timeout.
   Deadline extended(double seconds) const noexcept {
     return Deadline(at_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)),
-                    timeout_s_);
+                    timeout_s_, made_);
   }
 
  private:
   static constexpr double kMaxSeconds = 1e9;
-  Deadline(Clock::time_point at, double timeout_s) noexcept : at_(at), timeout_s_(timeout_s) {}
+  Deadline(Clock::time_point at, double timeout_s, Clock::time_point made) noexcept
+      : at_(at), timeout_s_(timeout_s), made_(made) {}
   Clock::time_point at_;
   double timeout_s_;
+  Clock::time_point made_;
 };
 
 /// How much later than its deadline a collective may surface its error: the time a replica or

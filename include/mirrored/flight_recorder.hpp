@@ -16,7 +16,8 @@ namespace mirrored::flight_recorder {
 /// Writes the rings of every live strategy of this process to `path` as JSON (replaced
 /// atomically): `{"worker": W, "num_workers": N, "strategies": [{"replicas": [{"replica": R,
 /// "device": "CPU:0", "entries": [{"seq", "kind", "op", "dtype", "shape", "bytes", "async",
-/// "state", "issue_s", "start_s", "end_s"}...]}]}]}` (times in seconds of the system clock).
+/// "state", "issue_s", "start_s", "end_s"}...]}]}]}` (times in seconds of the system clock; issue:
+/// when the call entered the library, start: when it entered the collective, end: when it ended).
 /// Safe while collectives run: rings are copied without stopping their replicas.
 /// \throws the file errors of `mirrored/errors.hpp` (NotFoundError, PermissionDeniedError, ...)
 /// when `path` cannot be written.

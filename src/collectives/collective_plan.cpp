@@ -167,7 +167,7 @@ template <class Run>
 void CollectivePlan::reduction(const char* what, CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
                                const Deadline& deadline, uint64_t flight_seq, Run run) {
   const bool async = kind == CollectiveKind::all_reduce_async || kind == CollectiveKind::reduce_scatter_async;
-  FlightCall flight(group_.recorder().ring(replica), kind, mine.inputs, static_cast<int>(mine.op), async, flight_seq);
+  FlightCall flight(group_.recorder().ring(replica), deadline, kind, mine.inputs, static_cast<int>(mine.op), async, flight_seq);
   if (group_.size() == 1) {
     CollectiveStep solo(mine, deadline);
     run(solo, nullptr);
@@ -203,7 +203,7 @@ std::vector<UntypedTensor> CollectivePlan::all_gather(int replica, const Untyped
   std::vector<UntypedTensor> outs;
   outs.reserve(1);  // posted: other replicas read this vector's element once it exists
   const CollectiveStep::Buffers mine{&ins, &outs, nullptr, ReduceOp::SUM, axis};
-  FlightCall flight(group_.recorder().ring(replica), CollectiveKind::all_gather, &ins, -1, false);
+  FlightCall flight(group_.recorder().ring(replica), deadline, CollectiveKind::all_gather, &ins, -1, false);
   if (group_.size() == 1) {
     CollectiveStep solo(mine, deadline);
     stage_->all_gather(axis, *local_, solo, nullptr, outs);
@@ -225,7 +225,8 @@ void CollectivePlan::merge_call(int replica, const void* payload, const std::typ
                                 const std::function<void(const std::vector<const void*>&)>& on_first,
                                 const std::function<void(const void*)>& take, const Deadline& deadline) {
   const int n = group_.size();
-  FlightCall flight(group_.recorder().ring(replica), CollectiveKind::merge_call, -1, -1, nullptr, 0, false);
+  FlightCall flight(group_.recorder().ring(replica), deadline, CollectiveKind::merge_call, -1, -1, nullptr, 0,
+                    false);
   if (n == 1) {
     on_first({payload});
     take(payload);

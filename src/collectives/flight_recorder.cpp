@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -128,15 +129,20 @@ class Converter {
 // ---------------------------------------------------------------------------------------------
 // The ring.
 
+namespace {
+uint64_t slots_for(std::size_t capacity) noexcept { return capacity ? std::bit_ceil(uint64_t{capacity}) : 0; }
+}  // namespace
+
 FlightRing::FlightRing(std::size_t capacity)
-    : capacity_(capacity), slots_(capacity ? std::make_unique<Slot[]>(capacity) : nullptr), recording_(capacity != 0) {
+    : capacity_(capacity),
+      mask_(capacity ? slots_for(capacity) - 1 : 0),
+      slots_(capacity ? std::make_unique<Slot[]>(slots_for(capacity)) : nullptr),
+      recording_(capacity != 0) {
   flight_clock::anchor();  // before any entry: the conversions' baseline starts here
 }
 
-FlightRing::Slot* FlightRing::slot_of(uint64_t seq) const noexcept { return &slots_[(seq - 1) % capacity_]; }
-
 uint64_t FlightRing::issue(CollectiveKind kind, int op, int dtype, const std::vector<int64_t>* shape, int64_t bytes,
-                           bool async, bool entered) noexcept {
+                           bool async, bool entered, Deadline::Clock::time_point made) noexcept {
   if (!recording_.load(std::memory_order_relaxed)) return 0;
   const uint64_t seq = next_.load(std::memory_order_relaxed);
   next_.store(seq + 1, std::memory_order_relaxed);
@@ -149,10 +155,12 @@ uint64_t FlightRing::issue(CollectiveKind kind, int op, int dtype, const std::ve
   s.meta.store(pack_meta(kind, op, dtype, async, ndims), std::memory_order_relaxed);
   for (int d = 0; d < ndims; ++d) s.shape[d].store((*shape)[static_cast<std::size_t>(d)], std::memory_order_relaxed);
   s.bytes.store(bytes, std::memory_order_relaxed);
-  const int64_t now = flight_clock::ticks();
-  s.issue_ns.store(now, std::memory_order_relaxed);
-  s.start_ns.store(entered ? now : 0, std::memory_order_relaxed);
-  s.end_ns.store(0, std::memory_order_relaxed);
+  // The time the call's deadline was made: no clock read here (the counter read was a third of a
+  // recorded collective's cost).
+  const int64_t issued = std::chrono::duration_cast<std::chrono::nanoseconds>(made.time_since_epoch()).count();
+  s.issue_ns.store(issued, std::memory_order_relaxed);
+  s.start_ns.store(entered ? issued : 0, std::memory_order_relaxed);
+  s.end_ticks.store(0, std::memory_order_relaxed);
   s.state.store(static_cast<uint32_t>(entered ? FlightState::waiting : FlightState::issued), std::memory_order_relaxed);
   s.seq.store(2 * seq, std::memory_order_release);
   // The next entry's slot, into the cache while this collective runs: between two collectives the
@@ -167,7 +175,8 @@ void FlightRing::enter(uint64_t seq) noexcept {
   if (!seq) return;
   Slot& s = *slot_of(seq);
   if (s.seq.load(std::memory_order_relaxed) != 2 * seq) return;  // overwritten (more pending than the ring holds)
-  s.start_ns.store(flight_clock::ticks(), std::memory_order_relaxed);
+  // The steady clock, as the issue time: only an asynchronous collective's lane enters later.
+  s.start_ns.store(flight_now_ns(), std::memory_order_relaxed);
   s.state.store(static_cast<uint32_t>(FlightState::waiting), std::memory_order_release);
 }
 
@@ -175,7 +184,7 @@ void FlightRing::end(uint64_t seq, bool ok) noexcept {
   if (!seq) return;
   Slot& s = *slot_of(seq);
   if (s.seq.load(std::memory_order_relaxed) != 2 * seq) return;
-  s.end_ns.store(flight_clock::ticks(), std::memory_order_relaxed);
+  s.end_ticks.store(flight_clock::ticks(), std::memory_order_relaxed);
   s.state.store(static_cast<uint32_t>(ok ? FlightState::done : FlightState::failed), std::memory_order_release);
 }
 
@@ -201,9 +210,9 @@ std::vector<FlightEntry> FlightRing::snapshot() const {
     e.ndims = static_cast<int>((meta >> 25) & 7);
     for (int d = 0; d < e.ndims; ++d) e.shape[d] = s.shape[d].load(std::memory_order_relaxed);
     e.bytes = s.bytes.load(std::memory_order_relaxed);
-    e.issue_ns = to_ns(s.issue_ns.load(std::memory_order_relaxed));
-    e.start_ns = to_ns(s.start_ns.load(std::memory_order_relaxed));
-    e.end_ns = to_ns(s.end_ns.load(std::memory_order_relaxed));
+    e.issue_ns = s.issue_ns.load(std::memory_order_relaxed);
+    e.start_ns = s.start_ns.load(std::memory_order_relaxed);
+    e.end_ns = to_ns(s.end_ticks.load(std::memory_order_relaxed));
     e.state = static_cast<FlightState>(state);
     std::atomic_thread_fence(std::memory_order_acquire);
     if (s.seq.load(std::memory_order_relaxed) != before) continue;
@@ -334,7 +343,10 @@ bool FlightRecorder::recorded() const noexcept {
 void FlightRecorder::align() noexcept {
   uint64_t next = 1;
   for (const auto& r : rings_) next = std::max(next, r->next_seq());
-  for (const auto& r : rings_) r->set_next_seq(next);
+  // Written only where it differs (after an aborted run): this runs on the thread that starts
+  // every run, and a store would take each ring's cache line from its replica's core every run.
+  for (const auto& r : rings_)
+    if (r->next_seq() != next) r->set_next_seq(next);
 }
 
 std::vector<ReplicaFlight> FlightRecorder::flights() const {

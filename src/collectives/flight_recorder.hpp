@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "collectives/collective_group.hpp"
+#include "mirrored/deadline.hpp"
 #include "mirrored/detail/untyped_tensor.hpp"
 
 namespace mirrored::detail {
@@ -46,7 +47,9 @@ std::size_t flight_recorder_entries();
 /// Nanoseconds of the steady clock.
 int64_t flight_now_ns() noexcept;
 
-class FlightRing {
+// A cache line of its own: a ring that shared one with data another thread writes (the replica
+// pool's, the group's) missed on every call's first load, which cost twice the ring's own work.
+class alignas(64) FlightRing {
  public:
   explicit FlightRing(std::size_t capacity);
   FlightRing(const FlightRing&) = delete;
@@ -56,10 +59,11 @@ class FlightRing {
   /// Pauses or resumes recording (a ring without capacity never records): for the overhead
   /// benchmark, which compares the same replicas with and without it. Between runs only.
   void set_recording(bool on) noexcept { recording_.store(on && capacity_ != 0, std::memory_order_relaxed); }
-  /// A new entry (state issued, or waiting when `entered`); returns its sequence number (0 when
-  /// the recorder is off). Only the ring's replica calls it.
+  /// A new entry (state issued, or waiting when `entered`) for a call that entered the library at
+  /// `made` (its deadline's making: the issue time, and the start time when `entered`); returns
+  /// its sequence number (0 when the recorder is off). Only the ring's replica calls it.
   uint64_t issue(CollectiveKind kind, int op, int dtype, const std::vector<int64_t>* shape, int64_t bytes, bool async,
-                 bool entered) noexcept;
+                 bool entered, Deadline::Clock::time_point made) noexcept;
   /// Entry `seq` entered its collective (waits for the others) / ended.
   void enter(uint64_t seq) noexcept;
   void end(uint64_t seq, bool ok) noexcept;
@@ -76,11 +80,17 @@ class FlightRing {
     std::atomic<uint64_t> meta{0};   // kind, op, dtype, async, ndims
     std::atomic<uint32_t> state{0};  // FlightState
     std::atomic<int64_t> shape[FlightEntry::kMaxDims];
+    std::atomic<int64_t> bytes{0};
+    // Steady-clock nanoseconds; 0: not yet.
+    std::atomic<int64_t> issue_ns{0}, start_ns{0};
     // Ticks of the ring's clock (flight_recorder.cpp), converted by snapshot(); 0: not yet.
-    std::atomic<int64_t> bytes{0}, issue_ns{0}, start_ns{0}, end_ns{0};
+    std::atomic<int64_t> end_ticks{0};
   };
-  Slot* slot_of(uint64_t seq) const noexcept;
-  std::size_t capacity_;
+  Slot* slot_of(uint64_t seq) const noexcept { return &slots_[(seq - 1) & mask_]; }
+  std::size_t capacity_;  // the entries kept (MIRRORED_FLIGHT_RECORDER_ENTRIES)
+  // Slots: capacity_ rounded up to a power of two, so that finding one is a mask, not a division
+  // (a division was a sixth of a recorded collective's cost).
+  uint64_t mask_;
   std::unique_ptr<Slot[]> slots_;
   std::atomic<uint64_t> next_{1};
   std::atomic<bool> recording_;
@@ -164,11 +174,12 @@ void dump_flight_recorders_on_event(int worker) noexcept;
 /// one issued earlier) at construction, ended at destruction: done when `done()` was called
 /// first (where the collective returns), else failed (destroyed by an exception). An explicit
 /// `done()` rather than `std::uncaught_exceptions()` twice: the two calls were a tenth of a
-/// recorded collective's cost.
+/// recorded collective's cost. The issue time is when `deadline` was made, where the call entered
+/// the library.
 class FlightCall {
  public:
-  FlightCall(FlightRing& ring, CollectiveKind kind, int op, int dtype, const std::vector<int64_t>* shape, int64_t bytes,
-             bool async, uint64_t adopted_seq = 0) noexcept
+  FlightCall(FlightRing& ring, const Deadline& deadline, CollectiveKind kind, int op, int dtype,
+             const std::vector<int64_t>* shape, int64_t bytes, bool async, uint64_t adopted_seq = 0) noexcept
       : ring_(ring) {
     // A collective made of others (an optimizer step's reduction) is one entry.
     if (active_) return;
@@ -178,13 +189,13 @@ class FlightCall {
       seq_ = adopted_seq;
       ring_.enter(seq_);
     } else {
-      seq_ = ring_.issue(kind, op, dtype, shape, bytes, async, true);
+      seq_ = ring_.issue(kind, op, dtype, shape, bytes, async, true, deadline.made());
     }
   }
   /// The same for a replica's post (inputs, op).
-  FlightCall(FlightRing& ring, CollectiveKind kind, const std::vector<UntypedTensor>* inputs, int op, bool async,
-             uint64_t adopted_seq = 0) noexcept
-      : FlightCall(ring, kind, op, inputs && !inputs->empty() ? static_cast<int>((*inputs)[0].dtype) : -1,
+  FlightCall(FlightRing& ring, const Deadline& deadline, CollectiveKind kind, const std::vector<UntypedTensor>* inputs,
+             int op, bool async, uint64_t adopted_seq = 0) noexcept
+      : FlightCall(ring, deadline, kind, op, inputs && !inputs->empty() ? static_cast<int>((*inputs)[0].dtype) : -1,
                    inputs && !inputs->empty() ? &(*inputs)[0].shape : nullptr, total_bytes(inputs), async,
                    adopted_seq) {}
   ~FlightCall() {

@@ -234,7 +234,7 @@ void CollectivePlan::apply_gradients(int replica, OptimizerStep& mine, const Dea
     update_copies(mine, mine.grads);
     return;
   }
-  FlightCall flight(group_.recorder().ring(replica), CollectiveKind::apply_gradients, &mine.grads,
+  FlightCall flight(group_.recorder().ring(replica), deadline, CollectiveKind::apply_gradients, &mine.grads,
                     static_cast<int>(ReduceOp::SUM), false);
   if (n > 1) {
     const CollectiveStep::Buffers post{&mine.grads, &mine.params, nullptr, ReduceOp::SUM, 0, 0,

@@ -261,7 +261,7 @@ std::shared_ptr<detail::AsyncCollective> ReplicaContext::issue_async(bool reduce
     job->flight_seq = rt.group.recorder()
                           .ring(replica_id_)
                           .issue(job->kind(), static_cast<int>(op), first ? static_cast<int>(first->dtype) : -1,
-                                 first ? &first->shape : nullptr, bytes, true, false);
+                                 first ? &first->shape : nullptr, bytes, true, false, job->deadline.made());
   }
   const int global = replica_id_in_sync_group();
   job->ticket = rt.async.watchdog().watch(job->deadline.time_point(), [weak = std::weak_ptr(job), global, t] {

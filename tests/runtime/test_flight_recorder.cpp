@@ -137,19 +137,19 @@ TEST(FlightRecorder, APausedRingRecordsNothingAndTimesAreSteadyClockNanoseconds)
   const std::vector<int64_t> shape{4, 5};
   const int64_t before = detail::flight_now_ns();
   {
-    detail::FlightCall call(ring, detail::CollectiveKind::all_reduce, 0, 0, &shape, 80, false);
+    detail::FlightCall call(ring, Deadline::after(60), detail::CollectiveKind::all_reduce, 0, 0, &shape, 80, false);
     std::this_thread::sleep_for(2ms);
     call.done();
   }
-  { detail::FlightCall failed(ring, detail::CollectiveKind::all_gather, -1, 0, &shape, 80, false); }
+  { detail::FlightCall failed(ring, Deadline::after(60), detail::CollectiveKind::all_gather, -1, 0, &shape, 80, false); }
   ring.set_recording(false);
   {
-    detail::FlightCall paused(ring, detail::CollectiveKind::all_reduce, 0, 0, &shape, 80, false);
+    detail::FlightCall paused(ring, Deadline::after(60), detail::CollectiveKind::all_reduce, 0, 0, &shape, 80, false);
     paused.done();
   }
   ring.set_recording(true);
   {
-    detail::FlightCall again(ring, detail::CollectiveKind::merge_call, -1, -1, nullptr, 0, false);
+    detail::FlightCall again(ring, Deadline::after(60), detail::CollectiveKind::merge_call, -1, -1, nullptr, 0, false);
     again.done();
   }
   const int64_t after = detail::flight_now_ns();
@@ -161,8 +161,9 @@ TEST(FlightRecorder, APausedRingRecordsNothingAndTimesAreSteadyClockNanoseconds)
   EXPECT_EQ(e[1].state, detail::FlightState::failed);  // ended without done()
   EXPECT_EQ(e[2].seq, 3u);
   EXPECT_EQ(e[2].kind, detail::CollectiveKind::merge_call);
-  // Converted from ticks: within the steady-clock interval around the calls, in order, and the
-  // 2 ms sleep seen as at least 2 ms (less 1 % for the conversion's rate).
+  // Issue times from the calls' deadlines, end times converted from ticks: within the
+  // steady-clock interval around the calls, in order, and the 2 ms sleep seen as at least 2 ms
+  // (less 1 % for the conversion's rate).
   for (const auto& x : e) {
     EXPECT_GE(x.issue_ns, before - 1000);
     EXPECT_LE(x.end_ns, after + 1000);
@@ -170,6 +171,36 @@ TEST(FlightRecorder, APausedRingRecordsNothingAndTimesAreSteadyClockNanoseconds)
   }
   EXPECT_GE(e[0].end_ns - e[0].issue_ns, 1'980'000);
   EXPECT_LE(e[0].end_ns, e[1].issue_ns + 1000);
+  // A synchronous call is entered when it is issued: where its deadline was made.
+  EXPECT_EQ(e[0].start_ns, e[0].issue_ns);
+}
+
+TEST(FlightRecorder, TheIssueTimeIsWhenTheCallsDeadlineWasMade) {
+  detail::FlightRing ring(4);
+  const Deadline d = Deadline::after(60);
+  std::this_thread::sleep_for(1ms);
+  {
+    detail::FlightCall call(ring, d, detail::CollectiveKind::all_reduce, 0, 0, nullptr, 0, false);
+    call.done();
+  }
+  const auto e = ring.snapshot();
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].issue_ns,
+            std::chrono::duration_cast<std::chrono::nanoseconds>(d.made().time_since_epoch()).count());
+  EXPECT_GE(e[0].end_ns - e[0].issue_ns, 990'000);
+  // extended() keeps when the call entered.
+  EXPECT_EQ(d.extended(5).made(), d.made());
+}
+
+TEST(FlightRecorder, ACapacityThatIsNoPowerOfTwoKeepsExactlyThatMany) {
+  detail::FlightRing ring(5);  // 8 slots underneath
+  for (int i = 0; i < 12; ++i) {
+    detail::FlightCall call(ring, Deadline::after(60), detail::CollectiveKind::all_reduce, 0, 0, nullptr, 0, false);
+    call.done();
+  }
+  const auto e = ring.snapshot();
+  ASSERT_EQ(e.size(), 5u);
+  for (std::size_t i = 0; i < e.size(); ++i) EXPECT_EQ(e[i].seq, 8 + i);
 }
 
 TEST(FlightRecorder, ReplicaStuckInUserCodeIsNamedWithTheCollectiveItHasNotEntered) {
