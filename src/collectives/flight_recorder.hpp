@@ -47,9 +47,10 @@ std::size_t flight_recorder_entries();
 /// Nanoseconds of the steady clock.
 int64_t flight_now_ns() noexcept;
 
-// A cache line of its own: a ring that shared one with data another thread writes (the replica
-// pool's, the group's) missed on every call's first load, which cost twice the ring's own work.
-class alignas(64) FlightRing {
+// Cache lines of its own (a pair: the L2 prefetcher fetches lines in aligned pairs): a ring that
+// shared one with data another thread writes (the replica pool's, the group's, the next replica's
+// ring) missed on every call's first load, which cost twice the ring's own work.
+class alignas(128) FlightRing {
  public:
   explicit FlightRing(std::size_t capacity);
   FlightRing(const FlightRing&) = delete;
