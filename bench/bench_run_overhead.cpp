@@ -320,8 +320,8 @@ void BM_FlightRecorderOverhead(benchmark::State& state) {
     constexpr int kCalls = 200000;
     const auto t0 = Clock::now();
     for (int i = 0; i < kCalls; ++i) {
-      mirrored::detail::FlightCall call(ring, deadline, mirrored::detail::CollectiveKind::all_reduce, 0, 0, &shape, bytes,
-                                        false);
+      mirrored::detail::FlightCall call(ring, deadline, mirrored::detail::CollectiveKind::all_reduce, 0, 0, &shape,
+                                        bytes, false);
       call.done();
     }
     const double call_s = seconds(Clock::now() - t0) / kCalls;

@@ -167,7 +167,8 @@ template <class Run>
 void CollectivePlan::reduction(const char* what, CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
                                const Deadline& deadline, uint64_t flight_seq, Run run) {
   const bool async = kind == CollectiveKind::all_reduce_async || kind == CollectiveKind::reduce_scatter_async;
-  FlightCall flight(group_.recorder().ring(replica), deadline, kind, mine.inputs, static_cast<int>(mine.op), async, flight_seq);
+  FlightCall flight(group_.recorder().ring(replica), deadline, kind, mine.inputs, static_cast<int>(mine.op), async,
+                    flight_seq);
   if (group_.size() == 1) {
     CollectiveStep solo(mine, deadline);
     run(solo, nullptr);

@@ -175,7 +175,8 @@ void FlightRing::enter(uint64_t seq) noexcept {
   if (!seq) return;
   Slot& s = *slot_of(seq);
   if (s.seq.load(std::memory_order_relaxed) != 2 * seq) return;  // overwritten (more pending than the ring holds)
-  // The steady clock, as the issue time: only an asynchronous collective's lane enters later.
+  // Steady-clock nanoseconds, like the issue time (only an asynchronous collective's lane enters
+  // after its issue, so this read is off the synchronous path).
   s.start_ns.store(flight_now_ns(), std::memory_order_relaxed);
   s.state.store(static_cast<uint32_t>(FlightState::waiting), std::memory_order_release);
 }

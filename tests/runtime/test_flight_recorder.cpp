@@ -141,7 +141,9 @@ TEST(FlightRecorder, APausedRingRecordsNothingAndTimesAreSteadyClockNanoseconds)
     std::this_thread::sleep_for(2ms);
     call.done();
   }
-  { detail::FlightCall failed(ring, Deadline::after(60), detail::CollectiveKind::all_gather, -1, 0, &shape, 80, false); }
+  {
+    detail::FlightCall failed(ring, Deadline::after(60), detail::CollectiveKind::all_gather, -1, 0, &shape, 80, false);
+  }
   ring.set_recording(false);
   {
     detail::FlightCall paused(ring, Deadline::after(60), detail::CollectiveKind::all_reduce, 0, 0, &shape, 80, false);
