@@ -314,29 +314,26 @@ void check_on_gpu(MultiWorkerMirroredStrategy& s, Compression c) {
   const auto [W, R, N] = setup(s);
   const Device gpu0(DeviceType::GPU, 0);
   constexpr int64_t n = 4099;
-  auto d2h = [&](Compression how) {
+  // The bytes that left GPU:0 in one all-reduce (or reduce-scatter) compressed `how`.
+  auto d2h = [&](bool scatter, Compression how) {
     const uint64_t before = transfer_counts(gpu0).device_to_host_bytes;
     s.run([&] {
-      (void)get_replica_context()->all_reduce(
-          ReduceOp::SUM, input(kFractions, get_replica_context()->replica_id_in_sync_group(), n), compressed(how));
+      ReplicaContext* ctx = get_replica_context();
+      const auto x = input(kFractions, ctx->replica_id_in_sync_group(), n);
+      if (scatter)
+        (void)ctx->reduce_scatter(ReduceOp::SUM, x, compressed(how));
+      else
+        (void)ctx->all_reduce(ReduceOp::SUM, x, compressed(how));
     });
     return transfer_counts(gpu0).device_to_host_bytes - before;
   };
-  const uint64_t full = d2h(Compression::NONE), halves = d2h(c);
+  const uint64_t full = d2h(false, Compression::NONE), halves = d2h(false, c);
   CHECK(full - halves == static_cast<uint64_t>(n) * 2, compression_name(c), ": ", full,
         " bytes left GPU:0 uncompressed and ", halves, " compressed; the difference should be the ", n,
         " halves' 2 bytes each");
   if (R == 1) {
     // A lone GPU replica's reduce-scatter sums across workers on its GPU too.
-    auto scatter_d2h = [&](Compression how) {
-      const uint64_t before = transfer_counts(gpu0).device_to_host_bytes;
-      s.run([&] {
-        (void)get_replica_context()->reduce_scatter(
-            ReduceOp::SUM, input(kFractions, get_replica_context()->replica_id_in_sync_group(), n), compressed(how));
-      });
-      return transfer_counts(gpu0).device_to_host_bytes - before;
-    };
-    const uint64_t scatter_full = scatter_d2h(Compression::NONE), scatter_halves = scatter_d2h(c);
+    const uint64_t scatter_full = d2h(true, Compression::NONE), scatter_halves = d2h(true, c);
     CHECK(scatter_full - scatter_halves == static_cast<uint64_t>(n) * 2, "reduce_scatter ", compression_name(c), ": ",
           scatter_full, " bytes left GPU:0 uncompressed and ", scatter_halves, " compressed");
   }

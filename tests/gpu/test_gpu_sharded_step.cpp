@@ -31,6 +31,7 @@ namespace gpu_sharded_step {  // named: the unity build puts these beside the ot
 
 using testing::Kind;
 using testing::slot_names;
+using testing::same_bits;
 
 std::string camel_kind_name(Kind k) {
   std::string name = testing::kind_name(k);
@@ -112,16 +113,6 @@ Result train(const std::vector<std::string>& devices, const std::shared_ptr<Cros
   out.iterations = opt->iterations();
   out.state_bytes = opt->state_bytes_per_replica();
   return out;
-}
-
-bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size() != b[i].size() ||
-        (!a[i].empty() && std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0))
-      return false;
-  }
-  return true;
 }
 
 class GpuShardedStep : public ::testing::TestWithParam<std::tuple<Kind, Packing>> {

@@ -1,5 +1,7 @@
 #pragma once
-// The built-in optimizers' update kinds as the optimizer tests name them, and the slots each keeps.
+// The built-in optimizers' update kinds as the optimizer tests name them, the slots each keeps, a
+// factory, and the bitwise comparison the tests apply to what they train.
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +27,17 @@ inline std::vector<std::string> slot_names(Kind k) {
   if (k == Kind::sgd) return {};
   if (k == Kind::momentum || k == Kind::nesterov) return {"momentum"};
   return {"m", "v"};
+}
+
+/// Whether two lists of float buffers (weights, slots) are equal bit for bit.
+inline bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].size() != b[i].size() ||
+        (!a[i].empty() && std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0))
+      return false;
+  }
+  return true;
 }
 
 /// The SGD family's rates (Adam and AdamW use learning rate 0.01, weight decay 0.01).

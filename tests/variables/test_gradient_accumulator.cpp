@@ -27,6 +27,7 @@ using testing::Kind;
 using testing::kind_name;
 using testing::message_of;
 using testing::slot_names;
+using testing::same_bits;
 
 std::unique_ptr<optimizers::Optimizer<float>> make(Kind k, bool sharded) {
   return testing::make_optimizer<float>(k, sharded, {.learning_rate = 0.25, .momentum = 0.5});
@@ -73,16 +74,6 @@ Result collect(const std::vector<Variable<float>>& vars, const optimizers::Optim
   }
   out.iterations = opt.iterations();
   return out;
-}
-
-bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size() != b[i].size() ||
-        (!a[i].empty() && std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0))
-      return false;
-  }
-  return true;
 }
 
 std::vector<Variable<float>> make_vars(MirroredStrategy& s) {

@@ -25,6 +25,7 @@ using testing::cpus;
 using testing::Kind;
 using testing::kind_name;
 using testing::slot_names;
+using testing::same_bits;
 using ::testing::HasSubstr;
 using testing::message_of;
 
@@ -99,16 +100,6 @@ Result train(Kind kind, bool sharded, int n, Ops ops, int steps, bool skip_aggre
   }
   out.iterations = opt->iterations();
   return out;
-}
-
-bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size() != b[i].size() ||
-        (!a[i].empty() && std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0))
-      return false;
-  }
-  return true;
 }
 
 class ShardedOptimizer : public ::testing::TestWithParam<std::tuple<Kind, int, Ops>> {
