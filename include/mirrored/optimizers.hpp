@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// Optimizers (`SGD`, `Adam`, `AdamW`) that aggregate gradients across replicas. Called inside
+/// Optimizers (`SGD`, `Adam`, `AdamW`, `RMSprop`, `Adagrad`) that aggregate gradients across replicas. Called inside
 /// `Strategy::run`, `apply_gradients` all-reduces the gradients (SUM, packed into few
 /// collectives) and every replica applies the same update to its own copy of each variable, so
 /// mirrored variables stay identical. Called outside any strategy it updates plain variables.
@@ -31,30 +31,12 @@
 #include <vector>
 
 #include "mirrored/communication_options.hpp"
-#include "mirrored/detail/adam_step_size.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/detail/optimizer_step.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/replica_context.hpp"
 #include "mirrored/tensor.hpp"
 #include "mirrored/variable.hpp"
-
-namespace mirrored::detail {
-/// Adam's per-tensor update (`Adam::update`; with `kDecay`, `AdamW::update`, which first decays
-/// `w` by `w · weight_decay · lr`), from the same parameters the fused update gets.
-template <bool kDecay, class T>
-void adam_update(T* w, const T* g, T* m, T* v, int64_t n, const OptimizerUpdate& u, int64_t step) {
-  const T alpha = static_cast<T>(adam_step_size(u.learning_rate, u.beta_1, u.beta_2, static_cast<double>(step)));
-  [[maybe_unused]] const T lr = static_cast<T>(u.learning_rate), wd = static_cast<T>(u.weight_decay);  // AdamW only
-  const T b1 = static_cast<T>(1 - u.beta_1), b2 = static_cast<T>(1 - u.beta_2), eps = static_cast<T>(u.epsilon);
-  for (int64_t i = 0; i < n; ++i) {
-    if constexpr (kDecay) w[i] -= w[i] * wd * lr;
-    m[i] += (g[i] - m[i]) * b1;
-    v[i] += (g[i] * g[i] - v[i]) * b2;
-    w[i] -= alpha * m[i] / (std::sqrt(v[i]) + eps);
-  }
-}
-}  // namespace mirrored::detail
 
 namespace mirrored::optimizers {
 template <class T>
@@ -145,6 +127,11 @@ class Optimizer {
   bool shard_optimizer_state_ = false;
   /// Slot names this optimizer keeps per variable.
   virtual std::vector<std::string> slot_names() const = 0;
+  /// The value every element of slot `k` starts at (0 unless overridden).
+  virtual double initial_slot_value(std::size_t k) const {
+    (void)k;
+    return 0;
+  }
   /// Computes the new value of one copy of a variable (and of its slots, in place) on host memory.
   /// `step` is the 1-based update count.
   virtual void update(T* value, const T* grad, std::vector<T*>& slots, int64_t count, int64_t step) = 0;
@@ -165,6 +152,13 @@ class Optimizer {
     const auto& state = detail::VariableAccess::state(var);
     return state.strategy ? cpu0 : state.get(0).device();
   }
+  /// The scope of `owner` (a distributed variable's strategy) when called outside its `run` and
+  /// outside its scope: slots and the step counter of its variables are mirrored like them even
+  /// when `build` runs outside the scope (nothing inside `run`, or for plain variables).
+  static std::optional<Scope> owner_scope(Strategy* owner) {
+    if (!owner || detail::in_replica_thread()) return std::nullopt;
+    return owner->scope();
+  }
   void apply_to_copy(const Variable<T>& var, std::size_t r, const Tensor<T>& grad, int64_t step);
   // The fused step of replica `r` (`ctx` null: plain variables) through the library's collective
   // plan; `aggregate`: sum the gradients across replicas first.
@@ -175,6 +169,38 @@ class Optimizer {
   mutable std::mutex mu_;
   std::map<const void*, Slots> slots_;  // keyed by the variable's state
   std::shared_ptr<Variable<int64_t>> iterations_;
+};
+
+/// A built-in optimizer: one kind of <mirrored/detail/optimizer_formulas.hpp> with its
+/// hyperparameters (`parameters()`). Its slots, their initial values, its per-variable update and
+/// its fused update all come from that one description.
+template <class T>
+class FormulaOptimizer : public Optimizer<T> {
+ protected:
+  explicit FormulaOptimizer(bool shard_optimizer_state) { this->shard_optimizer_state_ = shard_optimizer_state; }
+  /// The kind and hyperparameters.
+  virtual detail::OptimizerUpdate parameters() const noexcept = 0;
+
+  std::vector<std::string> slot_names() const override {
+    const detail::OptimizerUpdate u = parameters();
+    std::vector<std::string> names;
+    for (int k = 0; k < detail::optimizer_slot_count(u.kind); ++k)
+      names.emplace_back(detail::optimizer_slot_name(u.kind, k));
+    return names;
+  }
+  double initial_slot_value(std::size_t k) const override {
+    return detail::optimizer_slot_initial(parameters(), static_cast<int>(k));
+  }
+  void update(T* w, const T* g, std::vector<T*>& slots, int64_t n, int64_t step) override {
+    detail::UpdateSegment segment;
+    segment.param = w;
+    segment.grad = g;
+    segment.count = n;
+    for (std::size_t k = 0; k < slots.size() && k < std::size(segment.slot); ++k) segment.slot[k] = slots[k];
+    detail::apply_formula_on_host(dtype_of<T>(), parameters(), segment, step);
+  }
+  // Not parameters() itself: a subclass may decline the fused path, and the per-variable one still runs.
+  std::optional<detail::OptimizerUpdate> fused_update() const override { return parameters(); }
 };
 
 /// Options of `SGD` (Keras' defaults).
@@ -190,13 +216,13 @@ struct SGDOptions {
 
 /// Stochastic gradient descent with optional (Nesterov) momentum, as Keras defines it:
 /// `velocity = momentum * velocity - lr * g`; `w += velocity` (Nesterov:
-/// `w += momentum * velocity - lr * g`); without momentum `w -= lr * g`.
+/// `w += momentum * velocity - lr * g`); without momentum `w -= lr * g`. Slot: `momentum` (with
+/// momentum).
 template <class T = float>
-class SGD : public Optimizer<T> {
+class SGD : public FormulaOptimizer<T> {
  public:
   /// \throws InvalidArgumentError for a negative learning rate or a momentum outside [0, 1].
-  explicit SGD(SGDOptions o = {}) : o_(o) {
-    this->shard_optimizer_state_ = o.shard_optimizer_state;
+  explicit SGD(SGDOptions o = {}) : FormulaOptimizer<T>(o.shard_optimizer_state), o_(o) {
     MIRRORED_ENFORCE(o.learning_rate >= 0, InvalidArgumentError, "SGD: learning_rate must be >= 0, got ",
                      o.learning_rate);
     MIRRORED_ENFORCE(o.momentum >= 0 && o.momentum <= 1, InvalidArgumentError, "SGD: momentum must be in [0, 1], got ",
@@ -205,22 +231,7 @@ class SGD : public Optimizer<T> {
   const SGDOptions& options() const noexcept { return o_; }
 
  protected:
-  std::vector<std::string> slot_names() const override {
-    return o_.momentum > 0 ? std::vector<std::string>{"momentum"} : std::vector<std::string>{};
-  }
-  void update(T* w, const T* g, std::vector<T*>& slots, int64_t n, int64_t) override {
-    const T lr = static_cast<T>(o_.learning_rate), m = static_cast<T>(o_.momentum);
-    if (slots.empty()) {
-      for (int64_t i = 0; i < n; ++i) w[i] -= lr * g[i];
-      return;
-    }
-    T* v = slots[0];
-    for (int64_t i = 0; i < n; ++i) {
-      v[i] = m * v[i] - lr * g[i];
-      w[i] += o_.nesterov ? m * v[i] - lr * g[i] : v[i];
-    }
-  }
-  std::optional<detail::OptimizerUpdate> fused_update() const override {
+  detail::OptimizerUpdate parameters() const noexcept override {
     detail::OptimizerUpdate u;
     u.kind = o_.momentum > 0 ? (o_.nesterov ? detail::OptimizerKind::sgd_nesterov : detail::OptimizerKind::sgd_momentum)
                              : detail::OptimizerKind::sgd;
@@ -244,13 +255,12 @@ struct AdamOptions {
 };
 
 /// Adam, as Keras defines it: `m += (g - m)(1 - β1)`, `v += (g² - v)(1 - β2)`,
-/// `w -= lr·√(1-β2^t)/(1-β1^t) · m / (√v + ε)`.
+/// `w -= lr·√(1-β2^t)/(1-β1^t) · m / (√v + ε)`. Slots: `m`, `v`.
 template <class T = float>
-class Adam : public Optimizer<T> {
+class Adam : public FormulaOptimizer<T> {
  public:
   /// \throws InvalidArgumentError for a negative learning rate or epsilon, or betas outside [0, 1).
-  explicit Adam(AdamOptions o = {}) : o_(o) {
-    this->shard_optimizer_state_ = o.shard_optimizer_state;
+  explicit Adam(AdamOptions o = {}) : FormulaOptimizer<T>(o.shard_optimizer_state), o_(o) {
     MIRRORED_ENFORCE(o.learning_rate >= 0 && o.epsilon >= 0, InvalidArgumentError,
                      "Adam: learning_rate and epsilon must be >= 0, got ", o.learning_rate, " and ", o.epsilon);
     MIRRORED_ENFORCE(o.beta_1 >= 0 && o.beta_1 < 1 && o.beta_2 >= 0 && o.beta_2 < 1, InvalidArgumentError,
@@ -259,15 +269,7 @@ class Adam : public Optimizer<T> {
   const AdamOptions& options() const noexcept { return o_; }
 
  protected:
-  std::vector<std::string> slot_names() const override { return {"m", "v"}; }
-  void update(T* w, const T* g, std::vector<T*>& slots, int64_t n, int64_t step) override {
-    detail::adam_update<false>(w, g, slots[0], slots[1], n, parameters(), step);
-  }
-  std::optional<detail::OptimizerUpdate> fused_update() const override { return parameters(); }
-
- private:
-  // Not fused_update(): a subclass may decline the fused path, and the per-tensor one still runs.
-  detail::OptimizerUpdate parameters() const noexcept {
+  detail::OptimizerUpdate parameters() const noexcept override {
     detail::OptimizerUpdate u;
     u.kind = detail::OptimizerKind::adam;
     u.learning_rate = o_.learning_rate;
@@ -276,6 +278,8 @@ class Adam : public Optimizer<T> {
     u.epsilon = o_.epsilon;
     return u;
   }
+
+ private:
   AdamOptions o_;
 };
 
@@ -293,14 +297,13 @@ struct AdamWOptions {
 /// Adam with decoupled weight decay, as Keras' `AdamW` defines it: first
 /// `w -= w · weight_decay · lr` (the learning rate before bias correction), then Adam's update
 /// of the decayed `w`. Every variable is decayed (Keras' `exclude_from_weight_decay` is not
-/// offered).
+/// offered). Slots: `m`, `v`.
 template <class T = float>
-class AdamW : public Optimizer<T> {
+class AdamW : public FormulaOptimizer<T> {
  public:
   /// \throws InvalidArgumentError for a negative learning rate, weight decay or epsilon, or betas
   /// outside [0, 1).
-  explicit AdamW(AdamWOptions o = {}) : o_(o) {
-    this->shard_optimizer_state_ = o.shard_optimizer_state;
+  explicit AdamW(AdamWOptions o = {}) : FormulaOptimizer<T>(o.shard_optimizer_state), o_(o) {
     MIRRORED_ENFORCE(o.learning_rate >= 0 && o.epsilon >= 0 && o.weight_decay >= 0, InvalidArgumentError,
                      "AdamW: learning_rate, weight_decay and epsilon must be >= 0, got ", o.learning_rate, ", ",
                      o.weight_decay, " and ", o.epsilon);
@@ -310,14 +313,7 @@ class AdamW : public Optimizer<T> {
   const AdamWOptions& options() const noexcept { return o_; }
 
  protected:
-  std::vector<std::string> slot_names() const override { return {"m", "v"}; }
-  void update(T* w, const T* g, std::vector<T*>& slots, int64_t n, int64_t step) override {
-    detail::adam_update<true>(w, g, slots[0], slots[1], n, parameters(), step);
-  }
-  std::optional<detail::OptimizerUpdate> fused_update() const override { return parameters(); }
-
- private:
-  detail::OptimizerUpdate parameters() const noexcept {  // as Adam's
+  detail::OptimizerUpdate parameters() const noexcept override {
     detail::OptimizerUpdate u;
     u.kind = detail::OptimizerKind::adamw;
     u.learning_rate = o_.learning_rate;
@@ -327,7 +323,98 @@ class AdamW : public Optimizer<T> {
     u.weight_decay = o_.weight_decay;
     return u;
   }
+
+ private:
   AdamWOptions o_;
+};
+
+/// Options of `RMSprop` (Keras' defaults).
+struct RMSpropOptions {
+  double learning_rate = 0.001;
+  double rho = 0.9;
+  double momentum = 0.0;
+  double epsilon = 1e-7;
+  /// Normalise by the gradient's variance (its second moment less its mean squared) instead of its
+  /// second moment.
+  bool centered = false;
+  /// Keep each replica's slice of the slots only (see SGDOptions::shard_optimizer_state).
+  bool shard_optimizer_state = false;
+};
+
+/// RMSprop, as Keras 3 defines it: `velocity = ρ·velocity + (1−ρ)·g²`; centered:
+/// `average_gradient = ρ·average_gradient + (1−ρ)·g` and the denominator
+/// `velocity − average_gradient² + ε`, else `velocity + ε`; `increment = lr·g / √denominator`;
+/// with momentum `momentum = momentum_coefficient·momentum + increment`, `w −= momentum`, else
+/// `w −= increment`. Slots: `velocity`, `momentum` (momentum > 0), `average_gradient` (centered),
+/// all starting at zero.
+template <class T = float>
+class RMSprop : public FormulaOptimizer<T> {
+ public:
+  /// \throws InvalidArgumentError for a negative learning rate, momentum or epsilon, or `rho`
+  /// outside [0, 1).
+  explicit RMSprop(RMSpropOptions o = {}) : FormulaOptimizer<T>(o.shard_optimizer_state), o_(o) {
+    MIRRORED_ENFORCE(o.learning_rate >= 0, InvalidArgumentError, "RMSprop: learning_rate must be >= 0, got ",
+                     o.learning_rate);
+    MIRRORED_ENFORCE(o.rho >= 0 && o.rho < 1, InvalidArgumentError, "RMSprop: rho must be in [0, 1), got ", o.rho);
+    MIRRORED_ENFORCE(o.momentum >= 0, InvalidArgumentError, "RMSprop: momentum must be >= 0, got ", o.momentum);
+    MIRRORED_ENFORCE(o.epsilon >= 0, InvalidArgumentError, "RMSprop: epsilon must be >= 0, got ", o.epsilon);
+  }
+  const RMSpropOptions& options() const noexcept { return o_; }
+
+ protected:
+  detail::OptimizerUpdate parameters() const noexcept override {
+    using detail::OptimizerKind;
+    detail::OptimizerUpdate u;
+    const bool momentum = o_.momentum > 0;
+    u.kind = o_.centered ? (momentum ? OptimizerKind::rmsprop_centered_momentum : OptimizerKind::rmsprop_centered)
+                         : (momentum ? OptimizerKind::rmsprop_momentum : OptimizerKind::rmsprop);
+    u.learning_rate = o_.learning_rate;
+    u.rho = o_.rho;
+    u.momentum = o_.momentum;
+    u.epsilon = o_.epsilon;
+    return u;
+  }
+
+ private:
+  RMSpropOptions o_;
+};
+
+/// Options of `Adagrad` (Keras' defaults).
+struct AdagradOptions {
+  double learning_rate = 0.001;
+  double initial_accumulator_value = 0.1;
+  double epsilon = 1e-7;
+  /// Keep each replica's slice of the accumulator only (see SGDOptions::shard_optimizer_state).
+  bool shard_optimizer_state = false;
+};
+
+/// Adagrad, as Keras 3 defines it: `accumulator += g²`; `w −= lr·g / √(accumulator + ε)`. Slot:
+/// `accumulator`, starting at `initial_accumulator_value`.
+template <class T = float>
+class Adagrad : public FormulaOptimizer<T> {
+ public:
+  /// \throws InvalidArgumentError for a negative learning rate, initial_accumulator_value or epsilon.
+  explicit Adagrad(AdagradOptions o = {}) : FormulaOptimizer<T>(o.shard_optimizer_state), o_(o) {
+    MIRRORED_ENFORCE(o.learning_rate >= 0, InvalidArgumentError, "Adagrad: learning_rate must be >= 0, got ",
+                     o.learning_rate);
+    MIRRORED_ENFORCE(o.initial_accumulator_value >= 0, InvalidArgumentError,
+                     "Adagrad: initial_accumulator_value must be >= 0, got ", o.initial_accumulator_value);
+    MIRRORED_ENFORCE(o.epsilon >= 0, InvalidArgumentError, "Adagrad: epsilon must be >= 0, got ", o.epsilon);
+  }
+  const AdagradOptions& options() const noexcept { return o_; }
+
+ protected:
+  detail::OptimizerUpdate parameters() const noexcept override {
+    detail::OptimizerUpdate u;
+    u.kind = detail::OptimizerKind::adagrad;
+    u.learning_rate = o_.learning_rate;
+    u.initial_accumulator_value = o_.initial_accumulator_value;
+    u.epsilon = o_.epsilon;
+    return u;
+  }
+
+ private:
+  AdagradOptions o_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -344,15 +431,17 @@ const typename Optimizer<T>::Slots& Optimizer<T>::slots_for(const Variable<T>& v
   // on the plain variable's device, beside it.
   const Device device = home_device(var);
   Strategy* owner = detail::VariableAccess::state(var).strategy;
+  const auto scope = owner_scope(owner);
   Slots s;
   for (const auto& slot : slot_names()) {
     VariableOptions o;
     o.name = var.name() + "/" + slot;
     o.trainable = false;
+    const T initial = static_cast<T>(initial_slot_value(s.vars.size()));
     if (shard_optimizer_state_ && owner)
-      s.vars.push_back(detail::VariableAccess::sharded_zeros<T>(*owner, var.shape(), o));
+      s.vars.push_back(detail::VariableAccess::sharded_full<T>(*owner, var.shape(), initial, o));
     else
-      s.vars.emplace_back(Tensor<T>::zeros(var.shape(), device), o);
+      s.vars.emplace_back(Tensor<T>::full(var.shape(), initial, device), o);
   }
   std::lock_guard lock(mu_);
   return slots_.emplace(key, std::move(s)).first->second;  // first replica to get here wins
@@ -366,6 +455,7 @@ void Optimizer<T>::build(const std::vector<Variable<T>>& vars) {
     if (iterations_) return;
   }
   // Created outside the lock: inside run every replica takes part in creating it.
+  const auto scope = owner_scope(vars.empty() ? nullptr : detail::VariableAccess::state(vars.front()).strategy);
   VariableOptions o;
   o.name = "iterations";
   o.trainable = false;
@@ -472,8 +562,10 @@ void Optimizer<T>::apply_fused(const detail::OptimizerUpdate& u, const std::vect
   for (std::size_t i = 0; i < vars.size(); ++i) {
     const Slots& s = slots_for(vars[i]);
     const Tensor<T>& w = take(vars[i]);
-    std::array<detail::UntypedTensor, 2> slots{};
-    for (std::size_t k = 0; k < s.vars.size() && k < 2; ++k) {
+    detail::SlotTensors slots{};
+    MIRRORED_ENFORCE(s.vars.size() <= slots.size(), InvalidArgumentError, "apply_gradients: the fused update takes ",
+                     slots.size(), " slots per variable at most, the optimizer keeps ", s.vars.size());
+    for (std::size_t k = 0; k < s.vars.size(); ++k) {
       const Tensor<T>& slot = take(s.vars[k]);
       MIRRORED_ENFORCE(slot.device() == w.device(), FailedPreconditionError, "apply_gradients: slot '",
                        s.vars[k].name(), "' is on ", slot.device().to_string(), " but its variable '", vars[i].name(),
@@ -528,8 +620,8 @@ void Optimizer<T>::apply_gradients(const GradsAndVars<T>& grads_and_vars, bool s
                      "' and '", v.name(), "' of different strategies");
   }
   MIRRORED_ENFORCE(fused || !shard_optimizer_state_, UnimplementedError,
-                   "apply_gradients: shard_optimizer_state needs the fused update of SGD, Adam or AdamW, which this "
-                   "optimizer's fused_update() declines");
+                   "apply_gradients: shard_optimizer_state needs the fused update of a built-in optimizer, which "
+                   "this optimizer's fused_update() declines");
   build(vars);
   int replica = 0;
   ReplicaContext* ctx = nullptr;

@@ -265,11 +265,11 @@ struct VariableAccess {
   static std::function<void()> prepare_assign(const Variable<T>& v, const Tensor<T>& value) {
     return v.prepare_assign(value);
   }
-  /// A new sharded variable of `shape` (see `Variable::is_sharded`) of strategy `s`, zeros: inside
-  /// its `run` made once (every replica calls this and gets the same variable), in cross-replica
-  /// context at once.
+  /// A new sharded variable of `shape` (see `Variable::is_sharded`) of strategy `s`, every element
+  /// `value`: inside its `run` made once (every replica calls this and gets the same variable), in
+  /// cross-replica context at once.
   template <class T>
-  static Variable<T> sharded_zeros(Strategy& s, const Shape& shape, const VariableOptions& o);
+  static Variable<T> sharded_full(Strategy& s, const Shape& shape, T value, const VariableOptions& o);
 };
 }  // namespace detail
 
@@ -500,7 +500,8 @@ Tensor<T> Variable<T>::write(Op op, const char* name, const V& v) {
 }
 
 template <class T>
-Variable<T> detail::VariableAccess::sharded_zeros(Strategy& strategy, const Shape& shape, const VariableOptions& o) {
+Variable<T> detail::VariableAccess::sharded_full(Strategy& strategy, const Shape& shape, T value,
+                                                const VariableOptions& o) {
   auto make = [&](Strategy& s) {
     auto st = std::make_shared<VariableState<T>>();
     st->name = o.name;
@@ -517,7 +518,7 @@ Variable<T> detail::VariableAccess::sharded_zeros(Strategy& strategy, const Shap
     const int64_t numel = shape_numel(shape, sizeof(T));
     for (int64_t r = 0; r < local; ++r) {
       const auto piece = balanced_piece(numel, s.num_replicas_in_sync(), s.extended().worker_index() * local + r);
-      st->components.push_back(Tensor<T>::zeros({piece.count}, devices[static_cast<std::size_t>(r)]));
+      st->components.push_back(Tensor<T>::full({piece.count}, value, devices[static_cast<std::size_t>(r)]));
     }
     return st;
   };

@@ -81,8 +81,8 @@ std::vector<UpdateSegment> shard_update_segments(const ShardedPack& layout, cons
                                      : element_at(s.params[v], p.in_variable);
     seg.grad = element_at(grad_slice, p.in_layout - base);
     seg.count = p.count;
-    for (int j = 0; j < 2; ++j) {
-      const UntypedTensor& slot = targets.slots ? (*targets.slots)[k][static_cast<std::size_t>(j)] : s.slots[v][j];
+    for (std::size_t j = 0; j < s.slots[v].size(); ++j) {
+      const UntypedTensor& slot = targets.slots ? (*targets.slots)[k][j] : s.slots[v][j];
       seg.slot[j] = slot.storage ? slot.data() : nullptr;
     }
     segments.push_back(seg);

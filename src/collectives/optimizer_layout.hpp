@@ -74,7 +74,7 @@ UntypedTensor pack_shard_major(const ShardedPack& layout, const std::vector<cons
 /// the replica's sharded slots.
 struct UpdateTargets {
   const UntypedTensor* params_slice = nullptr;
-  const std::vector<std::array<UntypedTensor, 2>>* slots = nullptr;
+  const std::vector<SlotTensors>* slots = nullptr;
 };
 
 /// The update segments of shard `me`: each variable's slice of the parameters (`s.params` of the

@@ -37,13 +37,10 @@ const OptimizerStep& update_of(const CollectiveGroup& group, int r) {
 std::string describe_update(const OptimizerUpdate& u) {
   return str_cat("kind ", static_cast<int>(u.kind), ", learning_rate ", u.learning_rate, ", momentum ", u.momentum,
                  ", beta_1 ", u.beta_1, ", beta_2 ", u.beta_2, ", epsilon ", u.epsilon, ", weight_decay ",
-                 u.weight_decay);
+                 u.weight_decay, ", rho ", u.rho, ", initial_accumulator_value ", u.initial_accumulator_value);
 }
 
-bool same_update(const OptimizerUpdate& a, const OptimizerUpdate& b) {
-  return a.kind == b.kind && a.learning_rate == b.learning_rate && a.momentum == b.momentum && a.beta_1 == b.beta_1 &&
-         a.beta_2 == b.beta_2 && a.epsilon == b.epsilon && a.weight_decay == b.weight_decay;
-}
+bool same_update(const OptimizerUpdate& a, const OptimizerUpdate& b) { return a == b; }
 
 // Every replica checks every replica's step against replica 0's, in the same order, so all reach
 // the same verdict.
@@ -115,12 +112,15 @@ class PackBackup {
   explicit PackBackup(DType dtype) : dtype_(dtype) {}
 
   void keep(const Device& device, const UpdateSegment& seg) {
-    for (void* p : {seg.param, seg.slot[0], seg.slot[1]}) {
-      if (!p || seg.count == 0) continue;
-      Saved saved{device, p, make_untyped(dtype_, {seg.count}, device)};
-      backend_for(device).copy_within(saved.copy.data(), p, saved.copy.bytes());
-      saved_.push_back(std::move(saved));
-    }
+    keep_buffer(device, seg.param, seg.count);
+    for (void* p : seg.slot) keep_buffer(device, p, seg.count);
+  }
+
+  void keep_buffer(const Device& device, void* p, int64_t count) {
+    if (!p || count == 0) return;
+    Saved saved{device, p, make_untyped(dtype_, {count}, device)};
+    backend_for(device).copy_within(saved.copy.data(), p, saved.copy.bytes());
+    saved_.push_back(std::move(saved));
   }
 
   // Puts back the first `entries` copies kept (those of the packs that ran), in stream order after
@@ -168,7 +168,8 @@ void update_copies(const OptimizerStep& s, const std::vector<UntypedTensor>& gra
       UpdateSegment seg;
       seg.param = s.params[v].data();
       seg.count = s.params[v].numel;
-      for (int k = 0; k < 2; ++k) seg.slot[k] = s.slots[v][k].storage ? s.slots[v][k].data() : nullptr;
+      for (std::size_t k = 0; k < s.slots[v].size(); ++k)
+        seg.slot[k] = s.slots[v][k].storage ? s.slots[v][k].data() : nullptr;
       if (grads[v].device() == launch.device) {
         seg.grad = grads[v].data();
       } else {
@@ -197,9 +198,11 @@ void update_copies(const OptimizerStep& s, const std::vector<UntypedTensor>& gra
   bool launch_can_fail = false;
   for (std::size_t j = 0; j < backed; ++j) {
     launch_can_fail = launch_can_fail || !launches[j].device.is_host();
-    for (const UpdateSegment& seg : launches[j].segments)
-      for (const void* p : {seg.param, seg.slot[0], seg.slot[1]})
+    for (const UpdateSegment& seg : launches[j].segments) {
+      if (seg.param) backup_bytes += static_cast<std::size_t>(seg.count) * elem;
+      for (const void* p : seg.slot)
         if (p) backup_bytes += static_cast<std::size_t>(seg.count) * elem;
+    }
   }
   if (launches.size() + (last_writes_step ? 0 : 1) > 1 && launch_can_fail && backup_bytes <= kMaxBackupBytes) {
     for (std::size_t j = 0; j < backed; ++j) {

@@ -23,6 +23,7 @@
 
 #include "gtest_util.hpp"
 #include "harness.hpp"
+#include "variables/optimizer_kinds.hpp"
 
 namespace mirrored::manager_testing {
 
@@ -30,19 +31,14 @@ namespace fs = std::filesystem;
 using mirrored::testing::cpus;
 using mirrored::testing::error_of;
 
-enum class Opt { momentum, adam };
+// The optimizer kinds of the optimizer tests (SGD with momentum 0.9, Adam, RMSprop, Adagrad, ...).
+using Opt = mirrored::testing::Kind;
 
-inline std::string opt_name(Opt o) { return o == Opt::momentum ? "momentum" : "adam"; }
-inline std::vector<std::string> opt_slots(Opt o) {
-  return o == Opt::momentum ? std::vector<std::string>{"momentum"} : std::vector<std::string>{"m", "v"};
-}
+inline std::string opt_name(Opt o) { return mirrored::testing::kind_name(o); }
+inline std::vector<std::string> opt_slots(Opt o) { return mirrored::testing::slot_names(o); }
 
 inline std::unique_ptr<optimizers::Optimizer<float>> make_optimizer(Opt o, bool sharded) {
-  if (o == Opt::momentum)
-    return std::make_unique<optimizers::SGD<float>>(
-        optimizers::SGDOptions{.learning_rate = 0.01, .momentum = 0.9, .shard_optimizer_state = sharded});
-  return std::make_unique<optimizers::Adam<float>>(
-      optimizers::AdamOptions{.learning_rate = 0.01, .shard_optimizer_state = sharded});
+  return mirrored::testing::make_optimizer<float>(o, sharded);
 }
 
 // Sizes that no replica count divides (sharded slices of unequal length).

@@ -1,4 +1,5 @@
-// CheckpointManager round trips: SGD with momentum and Adam, sharded and not, on 1, 2 and 4 CPU
+// CheckpointManager round trips: SGD with momentum, Adam, RMSprop (all three slots) and Adagrad
+// (a slot that starts at 0.1), sharded and not, on 1, 2 and 4 CPU
 // replicas. A model restored into a fresh one (whose optimizer has no slots yet) or into one that
 // has trained already is bitwise the saved one -- every copy of the weights, the slots and the
 // step counter -- and stays bitwise equal to the original through further identical steps.
@@ -58,7 +59,9 @@ TEST_P(ManagerRoundTrip, RestoresBitwiseAndTrainsOnIdentically) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, ManagerRoundTrip,
-                         ::testing::Combine(::testing::Values(Opt::momentum, Opt::adam), ::testing::Bool(),
+                         ::testing::Combine(::testing::Values(Opt::momentum, Opt::adam, Opt::rmsprop_centered_momentum,
+                                                              Opt::adagrad),
+                                            ::testing::Bool(),
                                             ::testing::Values(1, 2, 4)),
                          [](const auto& info) {
                            return opt_name(std::get<0>(info.param)) +

@@ -14,6 +14,7 @@
 
 #include "device/gpu/gpu_runtime.hpp"
 #include "digits/train.hpp"
+#include "variables/optimizer_kinds.hpp"
 
 namespace mirrored {
 namespace {
@@ -34,11 +35,8 @@ std::vector<float> values(int n, int salt) {
   return v;
 }
 
-std::unique_ptr<optimizers::Optimizer<float>> make(int kind) {
-  if (kind == 0) return std::make_unique<optimizers::SGD<float>>(optimizers::SGDOptions{0.01, 0.9, false});
-  if (kind == 1) return std::make_unique<optimizers::SGD<float>>(optimizers::SGDOptions{0.01, 0.9, true});
-  if (kind == 2) return std::make_unique<optimizers::Adam<float>>();
-  return std::make_unique<optimizers::AdamW<float>>();
+std::unique_ptr<optimizers::Optimizer<float>> make(testing::Kind kind) {
+  return testing::make_optimizer<float>(kind, /*sharded=*/false);
 }
 
 // The tolerance on CUDA: after 100 steps every weight is within 2e-5 + 1e-5·|w| of the host's. A
@@ -46,7 +44,7 @@ std::unique_ptr<optimizers::Optimizer<float>> make(int kind) {
 // device's pow): about one unit in the last place of a weight in [-1, 1] (1.2e-7) per step, so
 // 100 steps stay below 1.2e-5 even if every step's difference had the same sign.
 TEST_F(GpuOptimizer, AgreesWithTheHost) {
-  for (int kind = 0; kind < 4; ++kind) {
+  for (const testing::Kind kind : testing::kAllKinds) {
     auto on_gpu = make(kind);
     auto on_host = make(kind);
     std::vector<Variable<float>> gpu_vars, host_vars;
@@ -72,12 +70,12 @@ TEST_F(GpuOptimizer, AgreesWithTheHost) {
       const auto host = host_vars[k].value().to_vector();
       ASSERT_EQ(gpu.size(), host.size());
       if (simulated()) {
-        EXPECT_EQ(gpu, host) << "optimizer " << kind << ", variable " << k;
+        EXPECT_EQ(gpu, host) << "optimizer " << testing::kind_name(kind) << ", variable " << k;
         continue;
       }
       for (std::size_t i = 0; i < gpu.size(); ++i)
         ASSERT_LE(std::abs(gpu[i] - host[i]), 2e-5f + 1e-5f * std::abs(host[i]))
-            << "optimizer " << kind << ", variable " << k << ", element " << i;
+            << "optimizer " << testing::kind_name(kind) << ", variable " << k << ", element " << i;
     }
     EXPECT_EQ(on_gpu->iterations(), 100);
   }

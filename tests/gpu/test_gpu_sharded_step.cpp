@@ -169,7 +169,8 @@ TEST_P(GpuShardedStep, WeightsAndSlotsAreBitwiseThoseOfTheUnshardedStep) {
 INSTANTIATE_TEST_SUITE_P(
     Optimizers, GpuShardedStep,
     // Not plain SGD: it has no slots, so its "sharded" step is the unsharded one.
-    ::testing::Combine(::testing::Values(Kind::momentum, Kind::nesterov, Kind::adam, Kind::adamw),
+    ::testing::Combine(::testing::Values(Kind::momentum, Kind::nesterov, Kind::adam, Kind::adamw,
+                                         Kind::rmsprop_centered_momentum, Kind::adagrad),
                        ::testing::Values(Packing::one_pack, Packing::per_variable, Packing::tiny_packs,
                                          Packing::many_variables)),
     [](const auto& info) { return camel_kind_name(std::get<0>(info.param)) + packing_name(std::get<1>(info.param)); });

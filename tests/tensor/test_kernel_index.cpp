@@ -339,9 +339,10 @@ std::vector<OptimizerSegments> pack(const std::vector<int64_t>& numel) {
   std::vector<OptimizerSegments> launches(1, OptimizerSegments{});
   for (std::size_t j = 0; j < numel.size(); ++j) {
     void* p = reinterpret_cast<void*>(0x1000 * (j + 1));
-    if (!add_segment(launches.back(), p, p, p, p, numel[j])) {
+    void* const slots[kMaxOptimizerSlots] = {p, p, p};
+    if (!add_segment(launches.back(), p, p, slots, numel[j])) {
       launches.push_back(OptimizerSegments{});
-      EXPECT_TRUE(add_segment(launches.back(), p, p, p, p, numel[j]));
+      EXPECT_TRUE(add_segment(launches.back(), p, p, slots, numel[j]));
     }
   }
   return launches;
@@ -369,6 +370,7 @@ TEST(KernelIndex, OptimizerPacksOf1And47And48Tensors) {
     for (int j = 0; j < tensors; ++j) {
       EXPECT_EQ(s.offset[j], total);
       EXPECT_EQ(s.param[j], reinterpret_cast<void*>(0x1000 * (j + 1)));
+      for (int k = 0; k < kMaxOptimizerSlots; ++k) EXPECT_EQ(s.slot[k][j], s.param[j]) << "slot " << k;
       total += numel[static_cast<std::size_t>(j)];
     }
     EXPECT_EQ(s.offset[tensors], total);
@@ -381,10 +383,12 @@ TEST(KernelIndex, OptimizerPacksOf1And47And48Tensors) {
 TEST(KernelIndex, AFortyNinthTensorGoesToASecondLaunch) {
   const std::vector<int64_t> numel(49, 33);
   OptimizerSegments full{};
-  for (int j = 0; j < 48; ++j) ASSERT_TRUE(add_segment(full, nullptr, nullptr, nullptr, nullptr, 33));
+  void* const no_slots[kMaxOptimizerSlots] = {};
+  for (int j = 0; j < 48; ++j) ASSERT_TRUE(add_segment(full, nullptr, nullptr, no_slots, 33));
   const OptimizerSegments before = full;
   void* p = &full;
-  EXPECT_FALSE(add_segment(full, p, p, p, p, 33));
+  void* const slots[kMaxOptimizerSlots] = {p, p, p};
+  EXPECT_FALSE(add_segment(full, p, p, slots, 33));
   // Refused with nothing changed.
   EXPECT_EQ(full.count, 48);
   EXPECT_EQ(full.offset[48], before.offset[48]);

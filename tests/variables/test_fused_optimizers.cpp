@@ -18,29 +18,41 @@ namespace mirrored {
 namespace {
 
 using testing::cpus;
+using ::testing::HasSubstr;
 using testing::Kind;
 using testing::kind_name;
-using testing::slot_names;
-using ::testing::HasSubstr;
 using testing::message_of;
+using testing::slot_names;
 
+constexpr double kLr = 0.01, kMomentum = 0.9, kBeta1 = 0.9, kBeta2 = 0.999, kEpsilon = 1e-7, kDecay = 0.004, kRho = 0.9,
+                 kInitialAccumulator = 0.1;
 
-
-constexpr double kLr = 0.01, kMomentum = 0.9, kBeta1 = 0.9, kBeta2 = 0.999, kEpsilon = 1e-7, kDecay = 0.004;
+bool has_momentum(Kind k) { return k == Kind::rmsprop_momentum || k == Kind::rmsprop_centered_momentum; }
+bool centered(Kind k) { return k == Kind::rmsprop_centered || k == Kind::rmsprop_centered_momentum; }
 
 // The plain reference: one element at a time, each formula written out as Keras states it.
 template <class T>
 struct Reference {
   Kind kind;
-  std::vector<std::vector<T>> w, s0, s1;
+  std::vector<std::vector<T>> w, s0, s1, s2;
   int64_t step = 0;
+
+  void add(std::vector<T> weights) {
+    const std::size_t n = weights.size();
+    w.push_back(std::move(weights));
+    s0.emplace_back(n, kind == Kind::adagrad ? static_cast<T>(kInitialAccumulator) : T{0});
+    s1.emplace_back(n, T{0});
+    s2.emplace_back(n, T{0});
+  }
+  const std::vector<T>& slot(std::size_t s, std::size_t k) const { return s == 0 ? s0[k] : s == 1 ? s1[k] : s2[k]; }
 
   void apply(const std::vector<std::vector<T>>& g) {
     ++step;
     const double t = static_cast<double>(step);
     const T alpha = static_cast<T>(kLr * std::sqrt(1 - std::pow(kBeta2, t)) / (1 - std::pow(kBeta1, t)));
     const T lr = static_cast<T>(kLr), mu = static_cast<T>(kMomentum), b1 = static_cast<T>(1 - kBeta1),
-            b2 = static_cast<T>(1 - kBeta2), eps = static_cast<T>(kEpsilon), wd = static_cast<T>(kDecay);
+            b2 = static_cast<T>(1 - kBeta2), eps = static_cast<T>(kEpsilon), wd = static_cast<T>(kDecay),
+            rho = static_cast<T>(kRho), one_minus_rho = static_cast<T>(1 - kRho);
     for (std::size_t k = 0; k < w.size(); ++k) {
       for (std::size_t i = 0; i < w[k].size(); ++i) {
         T& x = w[k][i];
@@ -62,32 +74,43 @@ struct Reference {
             s1[k][i] = s1[k][i] + (gi * gi - s1[k][i]) * b2;
             x = x - alpha * s0[k][i] / (std::sqrt(s1[k][i]) + eps);
             break;
+          case Kind::rmsprop:
+          case Kind::rmsprop_momentum:
+          case Kind::rmsprop_centered:
+          case Kind::rmsprop_centered_momentum: {
+            // Slots in Keras' order: velocity, momentum (with momentum), average_gradient (centered).
+            T& velocity = s0[k][i];
+            T& momentum = has_momentum(kind) ? s1[k][i] : s2[k][i];
+            T& average = has_momentum(kind) ? s2[k][i] : s1[k][i];
+            velocity = rho * velocity + one_minus_rho * (gi * gi);
+            T denominator = velocity + eps;
+            if (centered(kind)) {
+              average = rho * average + one_minus_rho * gi;
+              denominator = velocity - average * average + eps;
+            }
+            const T increment = lr * gi / std::sqrt(denominator);
+            if (has_momentum(kind)) {
+              momentum = mu * momentum + increment;
+              x = x - momentum;
+            } else {
+              x = x - increment;
+            }
+            break;
+          }
+          case Kind::adagrad:
+            s0[k][i] = s0[k][i] + gi * gi;
+            x = x - lr * gi / std::sqrt(s0[k][i] + eps);
+            break;
         }
       }
     }
   }
 };
 
-template <class T>
-std::unique_ptr<optimizers::Optimizer<T>> make(Kind k) {
-  switch (k) {
-    case Kind::sgd: return std::make_unique<optimizers::SGD<T>>(optimizers::SGDOptions{.learning_rate = kLr});
-    case Kind::momentum:
-      return std::make_unique<optimizers::SGD<T>>(optimizers::SGDOptions{.learning_rate = kLr, .momentum = kMomentum});
-    case Kind::nesterov:
-      return std::make_unique<optimizers::SGD<T>>(
-          optimizers::SGDOptions{.learning_rate = kLr, .momentum = kMomentum, .nesterov = true});
-    case Kind::adam:
-      return std::make_unique<optimizers::Adam<T>>(
-          optimizers::AdamOptions{.learning_rate = kLr, .beta_1 = kBeta1, .beta_2 = kBeta2, .epsilon = kEpsilon});
-    case Kind::adamw:
-      return std::make_unique<optimizers::AdamW<T>>(optimizers::AdamWOptions{
-          .learning_rate = kLr, .weight_decay = kDecay, .beta_1 = kBeta1, .beta_2 = kBeta2, .epsilon = kEpsilon});
-  }
-  return nullptr;
-}
+template <class Base>
+using Fused = Base;
 
-// The same optimizer without the backend operation: today's per-variable update on host copies.
+// The same optimizer without the backend operation: the per-variable update on host copies.
 template <class Base>
 class Unfused : public Base {
  public:
@@ -97,26 +120,44 @@ class Unfused : public Base {
   std::optional<detail::OptimizerUpdate> fused_update() const override { return std::nullopt; }
 };
 
-template <class T>
-std::unique_ptr<optimizers::Optimizer<T>> make_unfused(Kind k) {
+// The optimizer of `k` with the reference's hyperparameters, as `Wrap<the built-in class>`.
+template <class T, template <class> class Wrap = Fused>
+std::unique_ptr<optimizers::Optimizer<T>> make(Kind k) {
   switch (k) {
-    case Kind::sgd: return std::make_unique<Unfused<optimizers::SGD<T>>>(optimizers::SGDOptions{.learning_rate = kLr});
+    case Kind::sgd: return std::make_unique<Wrap<optimizers::SGD<T>>>(optimizers::SGDOptions{.learning_rate = kLr});
     case Kind::momentum:
-      return std::make_unique<Unfused<optimizers::SGD<T>>>(
+      return std::make_unique<Wrap<optimizers::SGD<T>>>(
           optimizers::SGDOptions{.learning_rate = kLr, .momentum = kMomentum});
     case Kind::nesterov:
-      return std::make_unique<Unfused<optimizers::SGD<T>>>(
+      return std::make_unique<Wrap<optimizers::SGD<T>>>(
           optimizers::SGDOptions{.learning_rate = kLr, .momentum = kMomentum, .nesterov = true});
     case Kind::adam:
-      return std::make_unique<Unfused<optimizers::Adam<T>>>(
+      return std::make_unique<Wrap<optimizers::Adam<T>>>(
           optimizers::AdamOptions{.learning_rate = kLr, .beta_1 = kBeta1, .beta_2 = kBeta2, .epsilon = kEpsilon});
     case Kind::adamw:
-      return std::make_unique<Unfused<optimizers::AdamW<T>>>(optimizers::AdamWOptions{
+      return std::make_unique<Wrap<optimizers::AdamW<T>>>(optimizers::AdamWOptions{
           .learning_rate = kLr, .weight_decay = kDecay, .beta_1 = kBeta1, .beta_2 = kBeta2, .epsilon = kEpsilon});
+    case Kind::rmsprop:
+    case Kind::rmsprop_momentum:
+    case Kind::rmsprop_centered:
+    case Kind::rmsprop_centered_momentum:
+      return std::make_unique<Wrap<optimizers::RMSprop<T>>>(
+          optimizers::RMSpropOptions{.learning_rate = kLr,
+                                     .rho = kRho,
+                                     .momentum = has_momentum(k) ? kMomentum : 0.0,
+                                     .epsilon = kEpsilon,
+                                     .centered = centered(k)});
+    case Kind::adagrad:
+      return std::make_unique<Wrap<optimizers::Adagrad<T>>>(optimizers::AdagradOptions{
+          .learning_rate = kLr, .initial_accumulator_value = kInitialAccumulator, .epsilon = kEpsilon});
   }
   return nullptr;
 }
 
+template <class T>
+std::unique_ptr<optimizers::Optimizer<T>> make_unfused(Kind k) {
+  return make<T, Unfused>(k);
+}
 
 // Sizes around the vector widths, and one long enough for the vector loops to dominate.
 const std::vector<int64_t> kSizes = {1, 3, 4, 7, 8, 17, 33, 1000, 4099};
@@ -139,12 +180,8 @@ std::vector<T> gradient(int64_t n, int k, int step, T scale = 1) {
 
 template <class T>
 Reference<T> reference_for(Kind kind) {
-  Reference<T> ref{kind, {}, {}, {}, 0};
-  for (std::size_t k = 0; k < kSizes.size(); ++k) {
-    ref.w.push_back(initial<T>(kSizes[k], static_cast<int>(k)));
-    ref.s0.emplace_back(static_cast<std::size_t>(kSizes[k]), T{0});
-    ref.s1.emplace_back(static_cast<std::size_t>(kSizes[k]), T{0});
-  }
+  Reference<T> ref{kind, {}, {}, {}, {}, 0};
+  for (std::size_t k = 0; k < kSizes.size(); ++k) ref.add(initial<T>(kSizes[k], static_cast<int>(k)));
   return ref;
 }
 
@@ -174,7 +211,7 @@ void expect_matches(Kind kind, const optimizers::Optimizer<T>& opt, const std::v
   for (std::size_t k = 0; k < vars.size(); ++k) {
     for (const auto& c : vars[k].components()) ASSERT_EQ(c.to_vector(), ref.w[k]) << where << ", variable " << k;
     for (std::size_t s = 0; s < names.size(); ++s) {
-      const auto& expected = s == 0 ? ref.s0[k] : ref.s1[k];
+      const auto& expected = ref.slot(s, k);
       for (const auto& c : opt.get_slot(vars[k], names[s]).components())
         ASSERT_EQ(c.to_vector(), expected) << where << ", slot " << names[s] << " of variable " << k;
     }
@@ -236,12 +273,10 @@ TEST_P(FusedOptimizer, ManyPacksGiveTheSameResult) {
   for (int64_t bytes_per_pack : {int64_t{0}, int64_t{8}, int64_t{100}}) {
     constexpr int kVars = 2 * detail::kMaxUpdateSegments + 5;
     std::vector<Variable<float>> vars;
-    Reference<float> ref{kind, {}, {}, {}, 0};
+    Reference<float> ref{kind, {}, {}, {}, {}, 0};
     for (int k = 0; k < kVars; ++k) {
       vars.emplace_back(Tensor<float>::from_vector(initial<float>(3, k), {3}));
-      ref.w.push_back(initial<float>(3, k));
-      ref.s0.emplace_back(3, 0.0f);
-      ref.s1.emplace_back(3, 0.0f);
+      ref.add(initial<float>(3, k));
     }
     auto opt = make<float>(kind);
     opt->communication.bytes_per_pack = bytes_per_pack;
@@ -262,8 +297,7 @@ TEST_P(FusedOptimizer, ManyPacksGiveTheSameResult) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, FusedOptimizer,
-                         ::testing::Values(Kind::sgd, Kind::momentum, Kind::nesterov, Kind::adam, Kind::adamw),
+INSTANTIATE_TEST_SUITE_P(Kinds, FusedOptimizer, ::testing::ValuesIn(testing::kAllKinds),
                          [](const auto& info) { return kind_name(info.param); });
 
 TEST(FusedOptimizerCopies, AValueReadBeforeTheUpdateKeepsItsValue) {
@@ -314,7 +348,7 @@ class FusedDistributed : public ::testing::TestWithParam<int> {
 
 // Every replica updates its own copy with the summed gradient: all copies equal the reference.
 TEST_P(FusedDistributed, EveryCopyEqualsTheReferenceWithSummedGradients) {
-  for (Kind kind : {Kind::nesterov, Kind::adamw}) {
+  for (Kind kind : {Kind::nesterov, Kind::adamw, Kind::rmsprop_centered_momentum, Kind::adagrad}) {
     MirroredStrategy s(cpus(n()));
     std::vector<Variable<float>> vars;
     {
@@ -388,8 +422,9 @@ TEST(FusedOptimizerBackend, TheNewStepCannotOverwriteTheStepItReads) {
   u.learning_rate = 0.1;
   int64_t step = 3;
   auto& backend = detail::backend_for(Device(DeviceType::CPU, 0));
-  EXPECT_THAT(message_of<InvalidArgumentError>([&] { backend.apply_optimizer(DType::float32, u, nullptr, 0, &step, &step); }),
-              HasSubstr("step_out must not be step_in"));
+  EXPECT_THAT(
+      message_of<InvalidArgumentError>([&] { backend.apply_optimizer(DType::float32, u, nullptr, 0, &step, &step); }),
+      HasSubstr("step_out must not be step_in"));
   EXPECT_EQ(step, 3);
   int64_t next = 0;
   backend.apply_optimizer(DType::float32, u, nullptr, 0, &step, &next);

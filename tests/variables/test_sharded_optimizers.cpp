@@ -129,7 +129,8 @@ TEST_P(ShardedOptimizer, WeightsAndSlotsAreBitwiseThoseOfTheUnshardedOptimizer) 
 
 INSTANTIATE_TEST_SUITE_P(
     Optimizers, ShardedOptimizer,
-    ::testing::Combine(::testing::Values(Kind::sgd, Kind::momentum, Kind::nesterov, Kind::adam, Kind::adamw),
+    ::testing::Combine(::testing::Values(Kind::sgd, Kind::momentum, Kind::nesterov, Kind::adam, Kind::adamw,
+                                         Kind::rmsprop_centered_momentum, Kind::adagrad),
                        ::testing::Values(1, 2, 3, 4, 8), ::testing::Values(Ops::InProcess, Ops::ToOneDevice)),
     [](const auto& info) {
       return std::string(kind_name(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param)) +
@@ -156,7 +157,8 @@ TEST_P(OptimizerPaths, EveryPathGivesTheSameBits) {
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, OptimizerPaths,
                          ::testing::Combine(::testing::Values(Kind::sgd, Kind::momentum, Kind::nesterov, Kind::adam,
-                                                              Kind::adamw),
+                                                              Kind::adamw, Kind::rmsprop_centered_momentum,
+                                                              Kind::adagrad),
                                             ::testing::Values(1, 2, 3, 4, 8)),
                          [](const auto& info) {
                            return std::string(kind_name(std::get<0>(info.param))) + "_" +

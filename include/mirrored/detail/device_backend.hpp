@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "mirrored/deadline.hpp"
+#include "mirrored/detail/optimizer_formulas.hpp"
 #include "mirrored/device.hpp"
 #include "mirrored/dtype.hpp"
 
@@ -20,35 +21,20 @@ namespace mirrored::detail {
 /// Element-wise binary operations of the Tensor operators.
 enum class BinaryOp { add, sub, mul, div };
 
-/// The optimizers `DeviceBackend::apply_optimizer` updates (Keras' formulas, see optimizers.hpp).
-enum class OptimizerKind : unsigned char {
-  sgd,           ///< `w -= lr * g`
-  sgd_momentum,  ///< `v = momentum * v - lr * g; w += v` (slot 0: v)
-  sgd_nesterov,  ///< `v = momentum * v - lr * g; w += momentum * v - lr * g` (slot 0: v)
-  adam,          ///< slots m, v; bias-corrected learning rate from the step
-  adamw,         ///< `w -= w * weight_decay * lr`, then Adam
-};
-
-/// The hyperparameters of a fused optimizer update, in double as the user gave them; a backend
-/// converts them to the variable's type exactly as the per-variable update does.
-struct OptimizerUpdate {
-  OptimizerKind kind = OptimizerKind::sgd;
-  double learning_rate = 0;
-  double momentum = 0;
-  double beta_1 = 0;
-  double beta_2 = 0;
-  double epsilon = 0;
-  double weight_decay = 0;
-};
-
 /// One variable's copy in a fused update: `count` elements of the parameter, its gradient and
 /// the slots the optimizer kind uses (nullptr otherwise), all memory of the updating backend.
 struct UpdateSegment {
   void* param = nullptr;
   const void* grad = nullptr;
-  void* slot[2] = {nullptr, nullptr};
+  void* slot[kMaxOptimizerSlots] = {};  ///< slot k of the kind (optimizer_slot_count), nullptr past them
   int64_t count = 0;
 };
+
+/// Applies the formula of `u.kind` to one segment of host memory (float32 or float64) at 1-based
+/// `step`: the built-in optimizers' per-variable update, the very code of the host backend's fused
+/// update, so the two agree to the bit. \throws InvalidArgumentError for another dtype or an unknown
+/// kind.
+void apply_formula_on_host(DType dtype, const OptimizerUpdate& u, const UpdateSegment& segment, int64_t step);
 
 /// Segments one `apply_optimizer` call takes at most (a CUDA launch passes them as its argument).
 inline constexpr int kMaxUpdateSegments = 48;

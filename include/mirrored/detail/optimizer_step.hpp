@@ -18,6 +18,10 @@ class ReplicaContext;
 
 namespace mirrored::detail {
 
+/// One variable's slot copies or slices in an optimizer step: slot k of the kind
+/// (`optimizer_slot_count`), empty past them.
+using SlotTensors = std::array<UntypedTensor, kMaxOptimizerSlots>;
+
 /// One replica's part of `Optimizer::apply_gradients` with a fused update. Every tensor is this
 /// replica's, taken out of its variable (nobody else holds it), and is updated in place.
 struct OptimizerStep {
@@ -35,7 +39,7 @@ struct OptimizerStep {
   bool pack = true;
   std::vector<UntypedTensor> grads;                 ///< per variable: this replica's gradient (any device)
   std::vector<UntypedTensor> params;                ///< per variable: this replica's copy
-  std::vector<std::array<UntypedTensor, 2>> slots;  ///< per variable: slot copies or slices (unused: empty)
+  std::vector<SlotTensors> slots;  ///< per variable: slot copies or slices
   UntypedTensor step_in;   ///< int64 scalar: the updates applied so far (this replica's counter)
   UntypedTensor step_out;  ///< int64 scalar on step_in's device: receives the new count
   CommunicationOptions communication;  ///< the optimizer's (pack size, timeout, compression)

@@ -22,7 +22,9 @@ namespace {
 bool all_host(const detail::OptimizerStep& s) {
   auto host = [](const detail::UntypedTensor& t) { return !t.storage || t.device().is_host(); };
   for (std::size_t v = 0; v < s.params.size(); ++v) {
-    if (!host(s.grads[v]) || !host(s.params[v]) || !host(s.slots[v][0]) || !host(s.slots[v][1])) return false;
+    if (!host(s.grads[v]) || !host(s.params[v])) return false;
+    for (const detail::UntypedTensor& slot : s.slots[v])
+      if (!host(slot)) return false;
   }
   return host(s.step_in) && host(s.step_out);
 }
@@ -66,7 +68,7 @@ bool InProcessAllReduce::all_reduce_and_update(CollectiveStep& step) {
       seg.param = detail::element_at(mine.params[v], b);
       seg.grad = sum;
       seg.count = len;
-      for (int k = 0; k < 2; ++k)
+      for (std::size_t k = 0; k < mine.slots[v].size(); ++k)
         if (mine.slots[v][k].storage) seg.slot[k] = detail::element_at(mine.slots[v][k], slot_at);
       host.apply_optimizer(mine.dtype, mine.update, &seg, 1, step_in, nullptr);
       for (int r = 0; r < n; ++r) {
@@ -74,7 +76,7 @@ bool InProcessAllReduce::all_reduce_and_update(CollectiveStep& step) {
         const detail::OptimizerStep& other = *step.update(r);
         copy(detail::element_at(other.params[v], b), seg.param, bytes);
         if (mine.sharded) continue;
-        for (int k = 0; k < 2; ++k)
+        for (std::size_t k = 0; k < other.slots[v].size(); ++k)
           if (seg.slot[k]) copy(detail::element_at(other.slots[v][k], b), seg.slot[k], bytes);
       }
     }

@@ -45,8 +45,7 @@ int only_gpu_of(const detail::OptimizerStep& s) {
   for (std::size_t v = 0; v < s.params.size(); ++v) {
     see(s.grads[v]);
     see(s.params[v]);
-    see(s.slots[v][0]);
-    see(s.slots[v][1]);
+    for (const detail::UntypedTensor& slot : s.slots[v]) see(slot);
   }
   see(s.step_in);
   see(s.step_out);
@@ -93,7 +92,7 @@ bool NcclAllReduce::all_reduce_and_update(CollectiveStep& step) {
     const detail::Pack* pack;
     detail::ShardedPack layout;
     detail::UntypedTensor gathered;                           // every shard's updated slices
-    std::vector<std::array<detail::UntypedTensor, 2>> slots;  // this replica's updated slots
+    std::vector<detail::SlotTensors> slots;  // this replica's updated slots
   };
   const std::vector<detail::Pack> packs = detail::optimizer_packs(mine);
   std::vector<Staged> staged;
@@ -105,8 +104,8 @@ bool NcclAllReduce::all_reduce_and_update(CollectiveStep& step) {
     for (std::size_t v : pack.leaves) {
       grads.push_back(&mine.grads[v]);
       params.push_back(&mine.params[v]);
-      std::array<detail::UntypedTensor, 2> copies;
-      for (std::size_t k = 0; k < 2; ++k) {
+      detail::SlotTensors copies;
+      for (std::size_t k = 0; k < copies.size(); ++k) {
         const detail::UntypedTensor& slot = mine.slots[v][k];
         if (!slot.storage) continue;
         copies[k] = detail::make_untyped(slot.dtype, slot.shape, device);
@@ -146,7 +145,7 @@ bool NcclAllReduce::all_reduce_and_update(CollectiveStep& step) {
     detail::unpack_shard_major(st.layout, st.gathered, -1, params);
     for (std::size_t k = 0; k < st.pack->leaves.size(); ++k) {
       const std::size_t v = st.pack->leaves[k];
-      for (std::size_t j = 0; j < 2; ++j) {
+      for (std::size_t j = 0; j < st.slots[k].size(); ++j) {
         const detail::UntypedTensor& copy = st.slots[k][j];
         if (copy.storage)
           detail::copy_between(mine.slots[v][j].data(), mine.slots[v][j].device(), copy.data(), device, copy.bytes());

@@ -139,17 +139,15 @@ void CudaBackend::apply_optimizer(DType dtype, const OptimizerUpdate& u, const U
                                   int num_segments, const int64_t* step_in, int64_t* step_out) {
   const std::string where = logical_.short_name();
   check_optimizer_arguments(where.c_str(), dtype, u, num_segments, step_in, step_out);
-  cuda_kernels::OptimizerScalars h{
-      static_cast<int>(u.kind), u.learning_rate, u.momentum, u.beta_1, u.beta_2, u.epsilon, u.weight_decay};
   cuda_kernels::OptimizerSegments s{};
   for (int j = 0; j < num_segments; ++j) {
     const UpdateSegment& g = segments[j];
     // Never refused: check_optimizer_arguments bounded num_segments by kMaxUpdateSegments.
-    MIRRORED_ENFORCE(cuda_kernels::add_segment(s, g.param, g.grad, g.slot[0], g.slot[1], g.count), InternalError,
+    MIRRORED_ENFORCE(cuda_kernels::add_segment(s, g.param, g.grad, g.slot, g.count), InternalError,
                      "apply_optimizer on ", where, ": segment ", j, " does not fit one launch");
   }
   CudaDeviceGuard guard(physical_, logical_);
-  check(cuda_kernels::apply_optimizer(dtype, h, s, step_in, step_out, lane_for_call().stream),
+  check(cuda_kernels::apply_optimizer(dtype, u, s, step_in, step_out, lane_for_call().stream),
         "apply_optimizer kernel launch");
 }
 

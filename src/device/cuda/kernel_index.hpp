@@ -10,15 +10,9 @@
 
 #include <cstdint>
 
-// __host__ __device__ under nvcc (the kernels call these on the device, the launchers and the
-// tests on the host); nothing for every other compiler. Token for token the definition of
-// <mirrored/detail/adam_step_size.hpp>, which kernels.cu includes too (an identical redefinition is
-// no redefinition).
-#if defined(__CUDACC__)
-#define MIRRORED_HOST_DEVICE __host__ __device__
-#else
-#define MIRRORED_HOST_DEVICE
-#endif
+// The kernels call these on the device, the launchers and the tests on the host.
+#include "mirrored/detail/host_device.hpp"
+#include "mirrored/detail/optimizer_formulas.hpp"
 
 namespace mirrored::detail::cuda_kernels {
 
@@ -104,8 +98,7 @@ constexpr MIRRORED_HOST_DEVICE SumChainLink sum_chain_link(int k, int j) {
 struct OptimizerSegments {
   void* param[kMaxOptimizerSegments];
   const void* grad[kMaxOptimizerSegments];
-  void* slot0[kMaxOptimizerSegments];
-  void* slot1[kMaxOptimizerSegments];
+  void* slot[kMaxOptimizerSlots][kMaxOptimizerSegments];  ///< slot k of segment j: slot[k][j]
   int64_t offset[kMaxOptimizerSegments + 1];
   int count;
 };
@@ -115,14 +108,14 @@ static_assert(sizeof(OptimizerSegments) <= 4096, "the optimizer's segments must 
 /// Appends a segment of `numel` elements to `s` (value-initialised for the first): false, with `s`
 /// unchanged, when the launch already holds kMaxOptimizerSegments (the 49th tensor of a pack goes
 /// to a launch of its own, which detail::plan_packs's max_leaves arranges).
-constexpr MIRRORED_HOST_DEVICE bool add_segment(OptimizerSegments& s, void* param, const void* grad, void* slot0,
-                                                void* slot1, int64_t numel) {
+/// `slots` holds kMaxOptimizerSlots pointers (nullptr past the kind's slots).
+constexpr MIRRORED_HOST_DEVICE bool add_segment(OptimizerSegments& s, void* param, const void* grad,
+                                                void* const* slots, int64_t numel) {
   if (s.count < 0 || s.count >= kMaxOptimizerSegments) return false;
   const int j = s.count;
   s.param[j] = param;
   s.grad[j] = grad;
-  s.slot0[j] = slot0;
-  s.slot1[j] = slot1;
+  for (int k = 0; k < kMaxOptimizerSlots; ++k) s.slot[k][j] = slots[k];
   s.offset[j + 1] = s.offset[j] + numel;
   s.count = j + 1;
   return true;

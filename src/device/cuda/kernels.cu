@@ -11,9 +11,10 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "device/cuda/kernels.hpp"
-#include "mirrored/detail/adam_step_size.hpp"
+#include "mirrored/detail/optimizer_formulas.hpp"
 
 namespace mirrored::detail::cuda_kernels {
 namespace {
@@ -234,59 +235,31 @@ __global__ void all_reduce_fused_kernel(FusedPointers<T> p, int k, int64_t n, in
   });
 }
 
-// The fused optimizer update (the host's formulas, src/device/host/host_optimizer.cpp). nvcc contracts
-// the multiply-adds here, so results may differ from the host's in the last bits.
-template <class T>
-__global__ void apply_optimizer_kernel(OptimizerScalars h, OptimizerSegments s, const int64_t* step_in,
+// One element of the fused optimizer update: formula F (mirrored/detail/optimizer_formulas.hpp,
+// the host's too) on the parameter and the kind's slots, loaded into registers and stored back.
+// nvcc contracts the multiply-adds, so results may differ from the host's in the last bits.
+template <class F, class T, std::size_t... K>
+__device__ __forceinline__ void update_element(const typename F::template Scalars<T>& sc, const OptimizerSegments& s,
+                                               int lo, int64_t e, std::index_sequence<K...>) {
+  T* const param = static_cast<T*>(s.param[lo]) + e;
+  T* const slot_at[F::slots + 1] = {static_cast<T*>(s.slot[K][lo]) + e..., nullptr};
+  T w = *param;
+  T slot[F::slots + 1] = {*slot_at[K]..., T{}};
+  F::update(sc, w, static_cast<const T*>(s.grad[lo])[e], slot[K]...);
+  *param = w;
+  ((*slot_at[K] = slot[K]), ...);
+}
+
+template <class F, class T>
+__global__ void apply_optimizer_kernel(OptimizerUpdate u, OptimizerSegments s, const int64_t* step_in,
                                        int64_t* step_out) {
   const int64_t step = *step_in + 1;
   if (step_out && blockIdx.x == 0 && threadIdx.x == 0) *step_out = step;
-  const T lr = static_cast<T>(h.learning_rate), mom = static_cast<T>(h.momentum);
-  T alpha = 0, b1 = 0, b2 = 0, eps = 0, wd = 0;
-  if (h.kind >= 3) {  // adam, adamw
-    alpha = static_cast<T>(adam_step_size(h.learning_rate, h.beta_1, h.beta_2, static_cast<double>(step)));
-    b1 = static_cast<T>(1 - h.beta_1);
-    b2 = static_cast<T>(1 - h.beta_2);
-    eps = static_cast<T>(h.epsilon);
-    wd = static_cast<T>(h.weight_decay);
-  }
+  const auto sc = F::template scalars<T>(u, step);
   const int64_t total = s.offset[s.count];
   for_each_index(this_thread(), total, [&](int64_t i) {
     const int lo = segment_of(s.offset, s.count, i);  // offset[lo] <= i < offset[lo + 1]
-    const int64_t e = i - s.offset[lo];
-    T* w = static_cast<T*>(s.param[lo]);
-    const T g = static_cast<const T*>(s.grad[lo])[e];
-    switch (h.kind) {
-      case 0:  // sgd
-        w[e] -= lr * g;
-        break;
-      case 1: {  // sgd_momentum
-        T* v = static_cast<T*>(s.slot0[lo]);
-        const T nv = mom * v[e] - lr * g;
-        v[e] = nv;
-        w[e] += nv;
-        break;
-      }
-      case 2: {  // sgd_nesterov
-        T* v = static_cast<T*>(s.slot0[lo]);
-        const T nv = mom * v[e] - lr * g;
-        v[e] = nv;
-        w[e] += mom * nv - lr * g;
-        break;
-      }
-      default: {  // adam, adamw
-        T* m = static_cast<T*>(s.slot0[lo]);
-        T* v = static_cast<T*>(s.slot1[lo]);
-        T x = w[e];
-        if (h.kind == 4) x = x - x * wd * lr;
-        const T nm = m[e] + (g - m[e]) * b1;
-        const T nv = v[e] + (g * g - v[e]) * b2;
-        m[e] = nm;
-        v[e] = nv;
-        w[e] = x - alpha * nm / (sqrt(nv) + eps);
-        break;
-      }
-    }
+    update_element<F, T>(sc, s, lo, i - s.offset[lo], std::make_index_sequence<static_cast<std::size_t>(F::slots)>{});
   });
 }
 
@@ -402,20 +375,20 @@ cudaError_t all_reduce_fused(DType dtype, const void* const* in, void* const* ou
   });
 }
 
-cudaError_t apply_optimizer(DType dtype, const OptimizerScalars& h, const OptimizerSegments& segments,
+cudaError_t apply_optimizer(DType dtype, const OptimizerUpdate& u, const OptimizerSegments& segments,
                             const int64_t* step_in, int64_t* step_out, cudaStream_t stream) {
-  if (segments.count < 0 || segments.count > kMaxOptimizerSegments || h.kind < 0 || h.kind > 4)
-    return cudaErrorInvalidValue;
+  if (segments.count < 0 || segments.count > kMaxOptimizerSegments) return cudaErrorInvalidValue;
+  if (dtype != DType::float32 && dtype != DType::float64) return cudaErrorInvalidValue;
   const unsigned g = grid_blocks(segments.offset[segments.count]);
-  switch (dtype) {
-    case DType::float32:
-      apply_optimizer_kernel<float><<<g, kThreads, 0, stream>>>(h, segments, step_in, step_out);
-      break;
-    case DType::float64:
-      apply_optimizer_kernel<double><<<g, kThreads, 0, stream>>>(h, segments, step_in, step_out);
-      break;
-    default: return cudaErrorInvalidValue;
-  }
+  // The kind picks the kernel by its formula's type: no kind is compared by number.
+  const bool known = visit_optimizer_formula(u.kind, [&](auto formula) {
+    using F = decltype(formula);
+    if (dtype == DType::float32)
+      apply_optimizer_kernel<F, float><<<g, kThreads, 0, stream>>>(u, segments, step_in, step_out);
+    else
+      apply_optimizer_kernel<F, double><<<g, kThreads, 0, stream>>>(u, segments, step_in, step_out);
+  });
+  if (!known) return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 

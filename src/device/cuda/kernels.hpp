@@ -48,16 +48,10 @@ cudaError_t cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, i
 cudaError_t all_reduce_fused(DType dtype, const void* const* in, void* const* out, int k, int64_t n,
                              int64_t mean_divisor, cudaStream_t stream);
 
-/// The hyperparameters of detail::OptimizerUpdate; `kind` is detail::OptimizerKind's value.
-struct OptimizerScalars {
-  int kind;
-  double learning_rate, momentum, beta_1, beta_2, epsilon, weight_decay;
-};
-
 /// One kernel: the fused optimizer update of every segment (float32 or float64; OptimizerSegments
 /// is in kernel_index.hpp), at step `*step_in + 1` read on the device; block 0 writes that step to
 /// `*step_out` when not null.
-cudaError_t apply_optimizer(DType dtype, const OptimizerScalars& h, const OptimizerSegments& segments,
+cudaError_t apply_optimizer(DType dtype, const OptimizerUpdate& u, const OptimizerSegments& segments,
                             const int64_t* step_in, int64_t* step_out, cudaStream_t stream);
 
 }  // namespace mirrored::detail::cuda_kernels
