@@ -140,7 +140,7 @@ TEST(Context, ExperimentalLocalResults) {
   EXPECT_EQ(s.experimental_local_results(m), (std::vector<double>{1.5, 1.5, 1.5}));
 }
 
-// API.md section 4: experimental_local_results of a variable gives its per-replica components
+// docs/api.md §4: experimental_local_results of a variable gives its per-replica components
 // (before issue 13 it gave {variable}).
 TEST(Context, ExperimentalLocalResultsOfAVariableAreItsComponents) {
   MirroredStrategy s(cpus(3));

@@ -1,5 +1,5 @@
 // Unit tests for the printed forms: number formatting (Python / numpy repr), shapes, `repr` of
-// numbers and nests, and PerReplica / Mirrored (API contract §2, §3).
+// numbers and nests, and PerReplica / Mirrored (docs/api.md §2, §3).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

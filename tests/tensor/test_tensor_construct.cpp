@@ -1,4 +1,4 @@
-// Construction, accessors, reshape, copies and devices of Tensor<T> (API contract §2).
+// Construction, accessors, reshape, copies and devices of Tensor<T> (docs/api.md §2).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
