@@ -141,7 +141,7 @@ TEST(Context, ExperimentalLocalResults) {
 }
 
 // docs/api.md §4: experimental_local_results of a variable gives its per-replica components
-// (before issue 13 it gave {variable}).
+// (it once gave {variable}, as for a value that is not distributed).
 TEST(Context, ExperimentalLocalResultsOfAVariableAreItsComponents) {
   MirroredStrategy s(cpus(3));
   auto scope = s.scope();

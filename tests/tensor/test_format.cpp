@@ -126,7 +126,7 @@ TEST(ShapeNumel, Products) {
   }
 }
 
-// Regression (issue 13, item 4): {1<<32, 1<<32} had numel 0 by signed overflow.
+// Regression: {1<<32, 1<<32} had numel 0 by signed overflow.
 TEST(ShapeNumel, OverflowIsRejectedNamingTheShape) {
   constexpr int64_t k32 = int64_t{1} << 32;
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
