@@ -26,7 +26,7 @@
 //   vs_empty     allreduce_ms / run_ms: what a collective adds to an empty run (small sizes: the
 //                rendezvous)
 //
-// BM_CrossReplica: the cross-replica calls at the memory limit (issue 26), 64 MiB per replica.
+// BM_CrossReplica: the cross-replica calls at the memory limit, 64 MiB per replica.
 //   reduce      strategy.reduce(SUM, per_replica, axis=None): reads N·S, writes S on the host. Its
 //               floor is (N + 1) / 2N of the all-reduce of the same values timed in the same
 //               iteration (which reads and writes N·S); reduce_vs_floor = (reduce / all-reduce) /

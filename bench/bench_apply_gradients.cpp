@@ -1,7 +1,7 @@
 // apply_gradients of a 25 MB gradient set split into k tensors on N CPU replicas, against an
 // anchor: one all-reduce of a single tensor of the same total bytes, measured in the same
 // iteration on the same replica threads. Every ratio is printed beside its floor, the memory
-// traffic the step must make in units of the anchor's (issue 26):
+// traffic the step must make in units of the anchor's:
 //
 //   anchor       all_reduce(SUM, one 25 MB tensor): reads N·S, writes N·S          (2N)
 //   reduce_pk    all_reduce(SUM, std::vector of k tensors)   (what packing changes)

@@ -30,7 +30,7 @@
 //                         fused kernel on the slice, all-gather), then both streams synchronised.
 //                         anchor: one all-reduce (SUM) of a 25 MB tensor per replica, synchronised.
 //                         update_share = (step - anchor) / step: what the update adds to the
-//                         gradients' reduction (issue 26: <= 10 % where the interconnect bounds the
+//                         gradients' reduction (target: <= 10 % where the interconnect bounds the
 //                         reduction); state_ratio: optimizer state per replica, sharded / unsharded.
 //   BM_AdamStepNccl       BM_AdamStep on {GPU:0, GPU:2}, two physical GPUs (registered only where
 //                         there are two): NcclAllReduce, whose sharded step is one stream-ordered

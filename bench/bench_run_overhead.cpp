@@ -32,7 +32,7 @@
 //                                ratio - 1 (the target is <= 0.05)
 //   write_us                     `stop` (format, write, close) per run of the batch
 //
-// BM_FlightRecorderOverhead: the flight recorder (API.md §15) on against off, in one process: one
+// BM_FlightRecorderOverhead: the flight recorder (docs/api.md §15) on against off, in one process: one
 // strategy of N CPU replicas whose rings are paused and resumed between batches (a private switch);
 // each iteration times a batch with and one without (order alternating), of empty runs
 // (bytes = 0) or of runs making one 64 KiB all-reduce each (bytes = 65536).

@@ -23,10 +23,20 @@ if(MIRRORED_HAVE_NCCL)
   string(APPEND MIRRORED_PC_LIBS_PRIVATE " -L${MIRRORED_NCCL_LIBRARY_DIR} -lnccl")
 endif()
 # Gloo (src/cluster/) and zlib (checkpoint checksums) are linked privately: a static library
-# hands them on.
-get_target_property(_mirrored_gloo_location gloo LOCATION)
-get_filename_component(_mirrored_gloo_dir "${_mirrored_gloo_location}" DIRECTORY)
-string(APPEND MIRRORED_PC_LIBS_PRIVATE " -L${_mirrored_gloo_dir} -lgloo -lz")
+# hands them on, each with the directory of the file CMake found for it (never a guessed one).
+function(_mirrored_pc_library out target name)
+  get_target_property(_location ${target} LOCATION)
+  if(_location)
+    get_filename_component(_dir "${_location}" DIRECTORY)
+    set(${out} "-L${_dir} -l${name}" PARENT_SCOPE)
+  else()
+    set(${out} "-l${name}" PARENT_SCOPE)
+  endif()
+endfunction()
+find_package(ZLIB REQUIRED)  # ZLIB::ZLIB of src/util/ is not visible in this directory
+_mirrored_pc_library(_mirrored_pc_gloo gloo gloo)
+_mirrored_pc_library(_mirrored_pc_zlib ZLIB::ZLIB z)
+string(APPEND MIRRORED_PC_LIBS_PRIVATE " ${_mirrored_pc_gloo} ${_mirrored_pc_zlib}")
 # Relocatable: the prefix is found from where the .pc file lies (`cmake --install --prefix` works).
 file(RELATIVE_PATH MIRRORED_PC_PREFIX_FROM_PCDIR "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
 configure_file("${PROJECT_SOURCE_DIR}/cmake/mirrored.pc.in" "${PROJECT_BINARY_DIR}/mirrored.pc" @ONLY)

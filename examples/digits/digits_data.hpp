@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <sstream>
 #include <random>
 #include <string>
 #include <string_view>
@@ -44,6 +45,14 @@ struct Dataset {
   int64_t size() const { return labels.numel(); }
 };
 
+/// The streamed parts joined into one string (for error messages).
+template <class... Parts>
+std::string concat(const Parts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  return os.str();
+}
+
 /// Parses the CSV text (already decompressed). `source` names the file in error messages.
 /// Blank lines are skipped; `\r\n` line ends are accepted.
 /// \throws mirrored::InvalidArgumentError "<source>:<line>: ..." for a bad row (wrong number of
@@ -64,7 +73,7 @@ inline Dataset parse_digits_csv(std::string_view text, const std::string& source
     if (line.find_first_not_of(" \t") == std::string_view::npos) continue;  // blank line
 
     auto fail = [&](auto&&... parts) {
-      throw mirrored::InvalidArgumentError(mirrored::detail::str_cat(source, ":", line_no, ": ", parts...));
+      throw mirrored::InvalidArgumentError(concat(source, ":", line_no, ": ", parts...));
     };
     int64_t field = 0;
     std::size_t start = 0;
@@ -111,9 +120,9 @@ inline std::string read_gzip_file(const std::string& path) {
   gzFile raw = gzopen(path.c_str(), "rb");
   if (!raw) {
     const int err = errno;
-    if (err == ENOENT) throw mirrored::NotFoundError(mirrored::detail::str_cat(path, ": no such file"));
+    if (err == ENOENT) throw mirrored::NotFoundError(concat(path, ": no such file"));
     throw mirrored::InvalidArgumentError(
-        mirrored::detail::str_cat(path, ": cannot open: ", err ? std::strerror(err) : "out of memory"));
+        concat(path, ": cannot open: ", err ? std::strerror(err) : "out of memory"));
   }
   std::unique_ptr<gzFile_s, int (*)(gzFile)> file(raw, gzclose);
   std::string out;
@@ -127,7 +136,7 @@ inline std::string read_gzip_file(const std::string& path) {
   int err = Z_OK;
   const char* msg = gzerror(file.get(), &err);
   if (err != Z_OK && err != Z_STREAM_END)
-    throw mirrored::InvalidArgumentError(mirrored::detail::str_cat(
+    throw mirrored::InvalidArgumentError(concat(
         path, ": corrupt or truncated gzip data: ", err == Z_ERRNO ? std::strerror(errno) : msg));
   return out;
 }

@@ -26,6 +26,13 @@
 
 namespace digits {
 
+/// A shape as Python prints a tuple: `(64, 10)`, `(9,)`, `()`.
+inline std::string shape_string(const mirrored::Shape& shape) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + (shape.size() == 1 ? ",)" : ")");
+}
+
 /// Layer sizes.
 inline constexpr int64_t kMlpInputs = 64;
 inline constexpr int64_t kMlpHidden = 64;
@@ -97,18 +104,18 @@ void check_params(const MlpParamsT<T>& p) {
   const auto tensors = p.tensors();
   for (std::size_t i = 0; i < tensors.size(); ++i)
     MIRRORED_ENFORCE(tensors[i].shape() == shapes[i], mirrored::InvalidArgumentError, "digits MLP: parameter ",
-                     names[i], " has shape ", mirrored::detail::format_shape(tensors[i].shape()), ", expected ",
-                     mirrored::detail::format_shape(shapes[i]));
+                     names[i], " has shape ", shape_string(tensors[i].shape()), ", expected ",
+                     shape_string(shapes[i]));
 }
 
 template <class T>
 void check_batch(const mirrored::Tensor<T>& x, const mirrored::Tensor<int32_t>* y) {
   MIRRORED_ENFORCE(x.rank() == 2 && x.shape()[1] == kMlpInputs, mirrored::InvalidArgumentError,
-                   "digits MLP: features have shape ", mirrored::detail::format_shape(x.shape()), ", expected (batch, ",
+                   "digits MLP: features have shape ", shape_string(x.shape()), ", expected (batch, ",
                    kMlpInputs, ")");
   if (!y) return;
   MIRRORED_ENFORCE(y->rank() == 1 && y->shape()[0] == x.shape()[0], mirrored::InvalidArgumentError,
-                   "digits MLP: labels have shape ", mirrored::detail::format_shape(y->shape()), ", expected (",
+                   "digits MLP: labels have shape ", shape_string(y->shape()), ", expected (",
                    x.shape()[0], ",)");
 }
 

@@ -1,6 +1,7 @@
 // digits::train, compiled once: the example, the digits tests and the GPU tests all link it.
 #include "digits/train.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -14,15 +15,21 @@
 namespace digits {
 namespace {
 
-// Rows [begin, end) of `t` (axis 0), copied on its device.
+// Rows [begin, end) of `t` (axis 0), on its device. Host tensors are copied row by row through
+// `data()`; a device tensor goes through the host (`to_vector`, `from_vector`), since Tensor has
+// no device-side slice, and a micro-batch is small.
 template <class E>
 mirrored::Tensor<E> rows_of(const mirrored::Tensor<E>& t, int64_t begin, int64_t end) {
   mirrored::Shape shape = t.shape();
   const int64_t row = shape[0] > 0 ? t.numel() / shape[0] : 0;
   shape[0] = end - begin;
+  if (!t.device().is_host()) {
+    const std::vector<E> all = t.to_vector();
+    return mirrored::Tensor<E>::from_vector(std::vector<E>(all.begin() + begin * row, all.begin() + end * row),
+                                            std::move(shape), t.device());
+  }
   auto out = mirrored::Tensor<E>::empty(shape, t.device());
-  if (out.numel())
-    mirrored::detail::copy_between(out.data(), t.device(), t.data() + begin * row, t.device(), out.bytes());
+  std::copy_n(t.data() + begin * row, out.numel(), out.data());
   return out;
 }
 

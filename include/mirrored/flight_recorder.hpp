@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// The flight recorder (API.md §15): every replica keeps a ring of its last
+/// The flight recorder (docs/api.md §15): every replica keeps a ring of its last
 /// `MIRRORED_FLIGHT_RECORDER_ENTRIES` (default 256) collectives and merge_calls -- sequence number,
 /// kind, op, dtype, shape, bytes, asynchronous or not, issue/start/end times and state (issued,
 /// waiting, done, failed). It is always on; deadline, stall, abort and peer-loss messages name, for

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// `optimizers::GradientAccumulator<T>`: gradient accumulation (API §15; beyond TF, the role of
+/// `optimizers::GradientAccumulator<T>`: gradient accumulation (docs/api.md §16; beyond TF, the role of
 /// Keras 3's `gradient_accumulation_steps`, PyTorch DDP's `no_sync` and Horovod's
 /// `backward_passes_per_step`): each replica sums the gradients of k micro-batches on its own
 /// device, with no collective, and one `apply_gradients` applies the sum (or mean) as one step.

@@ -1,12 +1,23 @@
 #pragma once
 /// \file
-/// Umbrella header of the mirrored library: `#include <mirrored/mirrored.hpp>`.
+/// Umbrella header of the mirrored library: `#include <mirrored/mirrored.hpp>` gives the whole
+/// public API (every header under include/mirrored/ outside `detail/`) except the optional
+/// components, which are included on their own: <mirrored/eigen.hpp> (Eigen views of tensors),
+/// <mirrored/dlpack.hpp> (DLPack exchange; needs DLPack's header) and <mirrored/cuda.hpp>
+/// (a replica's CUDA stream; needs a CUDA build).
 
+#include "mirrored/checkpoint.hpp"
+#include "mirrored/checkpoint_manager.hpp"
 #include "mirrored/cluster_resolver.hpp"
+#include "mirrored/collective_step.hpp"
 #include "mirrored/communication_options.hpp"
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/data/dataset.hpp"
+#include "mirrored/data/element.hpp"
 #include "mirrored/data/files.hpp"
+#include "mirrored/data/options.hpp"
+#include "mirrored/data/tensor_spec.hpp"
+#include "mirrored/deadline.hpp"
 #include "mirrored/device.hpp"
 #include "mirrored/distributed_dataset.hpp"
 #include "mirrored/distributed_values.hpp"
@@ -15,6 +26,7 @@
 #include "mirrored/flight_recorder.hpp"
 #include "mirrored/gradient_accumulator.hpp"
 #include "mirrored/gradient_buckets.hpp"
+#include "mirrored/half.hpp"
 #include "mirrored/input_options.hpp"
 #include "mirrored/logging.hpp"
 #include "mirrored/mirrored_strategy.hpp"
@@ -22,10 +34,14 @@
 #include "mirrored/nn.hpp"
 #include "mirrored/optimizers.hpp"
 #include "mirrored/pending_collective.hpp"
+#include "mirrored/preemption_checkpoint_handler.hpp"
 #include "mirrored/reduce_op.hpp"
 #include "mirrored/replica_context.hpp"
+#include "mirrored/repr.hpp"
+#include "mirrored/shape.hpp"
 #include "mirrored/strategy.hpp"
 #include "mirrored/strategy_extended.hpp"
 #include "mirrored/tensor.hpp"
 #include "mirrored/timeline.hpp"
 #include "mirrored/variable.hpp"
+#include "mirrored/variable_checkpoint.hpp"

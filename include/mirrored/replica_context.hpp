@@ -88,7 +88,7 @@ class ReplicaContext {
   template <class V>
   PendingCollective<V> all_reduce_async(ReduceOp op, V value, const CommunicationOptions& options = {});
 
-  /// Reduce-scatter (beyond TF; API §13): every replica passes a tensor of the same shape, of rank
+  /// Reduce-scatter (beyond TF; docs/api.md §13): every replica passes a tensor of the same shape, of rank
   /// >= 1; replica r (`replica_id_in_sync_group()`, across every worker) receives slice r of the
   /// reduction's rows (axis 0), cut by the BALANCED rule of `experimental_distribute_dataset`:
   /// `floor = rows / N` rows each, and one more for the first `rows - N * floor` slices (a slice

@@ -40,7 +40,7 @@ inline const char* cross_device_ops_choice_name(CrossDeviceOpsChoice c) noexcept
   return "ReductionToOneDevice";
 }
 
-/// The contract's default choice (API.md section 7):
+/// The contract's default choice (docs/api.md §7):
 /// - every replica on a host device → `InProcessAllReduce`;
 /// - every replica on a GPU, no two on the same physical GPU, NCCL available → `NcclAllReduce`
 ///   (NCCL refuses two ranks on one GPU);

@@ -85,7 +85,7 @@ TEST_P(AgreementTest, AllReducePackSizesMustAgree) {
             "all_reduce: replica 0 passed CommunicationOptions::bytes_per_pack 0 but replica " + odd() + " passed 64");
 }
 
-// Regression (issue 13): map keys were joined with ",", so these two maps had the same structure
+// Regression: map keys were joined with ",", so these two maps had the same structure
 // and were summed key by key as if {"a,b", "c"} were {"a", "b,c"}.
 TEST_P(AgreementTest, MapKeysAreComparedExactly) {
   auto s = make();
@@ -139,7 +139,7 @@ TEST_P(AgreementTest, EqualMapsWithCommasInKeysReduce) {
     EXPECT_EQ(out[r], (std::map<std::string, float>{{"a,b", ids}, {"", float(n())}, {"3:x", 2.0f * n()}}));
 }
 
-// Regression (issue 13): all_gather compared ranks and shapes only. With float on some replicas
+// Regression: all_gather compared ranks and shapes only. With float on some replicas
 // and double on another, each output was sized for its own dtype and the other replica's bytes
 // were copied into it: a heap overflow (ASan: write past an 8000-byte block).
 TEST_P(AgreementTest, AllGatherDtypesMustAgree) {
@@ -155,7 +155,7 @@ TEST_P(AgreementTest, AllGatherDtypesMustAgree) {
             "all_gather: replica 0 passed dtype float32 but replica " + odd() + " passed dtype float64");
 }
 
-// Regression (issue 13): the axis was not posted, so all_gather(x, axis = replica id) gave
+// Regression: the axis was not posted, so all_gather(x, axis = replica id) gave
 // replicas differently shaped results.
 TEST_P(AgreementTest, AllGatherAxesMustAgree) {
   auto s = make();

@@ -106,7 +106,7 @@ TEST(CollectiveGroup, AbortReleasesWaitersAndLaterArrivals) {
   EXPECT_EQ(g.calls(0), 1);
 }
 
-// Regression (issue 13): a replica that arrived in an aborted run counted as arrived in the next
+// Regression: a replica that arrived in an aborted run counted as arrived in the next
 // one, so a replica waiting for it there never saw it return and waited out its whole deadline.
 TEST(CollectiveGroup, ArrivalsOfAnAbortedRunDoNotCountInTheNext) {
   constexpr double kTimeout = 30;  // a regression shows as a 30 s wait

@@ -59,7 +59,7 @@ void expect_prompt(const std::optional<std::chrono::microseconds>& t) {
   EXPECT_LT(*t, kBound);
 }
 
-// Regression (issue 13, item 10): the prefetch thread checked its stop flag only between
+// Regression: the prefetch thread checked its stop flag only between
 // elements, and a filter rejecting everything of an endless repeat never produces one.
 TEST(DataCancellation, DroppingAPrefetchIteratorWhosePipelineNeverYieldsReturnsPromptly) {
   auto ds = data::range(10).repeat().filter(never).prefetch(2);

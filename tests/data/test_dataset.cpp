@@ -94,7 +94,7 @@ TEST(DataDataset, FromTensorSlicesErrors) {
               HasSubstr("same size in the first dimension"));
 }
 
-// Regression (issue 13, item 4): a {1<<32, 1<<32} tensor had numel 0 and a 1-byte buffer, and
+// Regression: a {1<<32, 1<<32} tensor had numel 0 and a 1-byte buffer, and
 // from_tensor_slices then copied 16 GiB rows out of it (segfault).
 TEST(DataDataset, ShapesThatOverflowAreRejectedNotSliced) {
   constexpr int64_t k32 = int64_t{1} << 32;

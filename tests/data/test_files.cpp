@@ -85,7 +85,7 @@ TEST(DataFiles, TextLinesWithoutTerminators) {
   EXPECT_EQ(testing::collect(numbers.batch(3)), (std::vector<testing::Rows>{{4, 5, 6}}));
 }
 
-// Regression (issue 13, item 11): a read error ended the file as if it were its end, losing the
+// Regression: a read error ended the file as if it were its end, losing the
 // rest of the data silently. /proc/self/mem is a regular file whose read at offset 0 fails (EIO).
 TEST(DataFiles, TextLineReadErrorIsAnErrorNamingTheFileAndErrno) {
   if (!std::filesystem::exists("/proc/self/mem")) GTEST_SKIP() << "no /proc/self/mem to fail a read";
@@ -93,7 +93,7 @@ TEST(DataFiles, TextLineReadErrorIsAnErrorNamingTheFileAndErrno) {
               AllOf(HasSubstr("text_line_dataset: reading '/proc/self/mem' failed"), HasSubstr("Input/output error")));
 }
 
-// Regression (issue 13, item 11): header/footer sizes near INT64_MAX overflowed `size - header -
+// Regression: header/footer sizes near INT64_MAX overflowed `size - header -
 // footer` (UBSan) and the file was then blamed for changing while read.
 TEST(DataFiles, HeaderAndFooterSizesNearInt64MaxAreRejectedWithoutOverflow) {
   TempDir dir;
@@ -113,7 +113,7 @@ TEST(DataFiles, HeaderAndFooterSizesNearInt64MaxAreRejectedWithoutOverflow) {
   EXPECT_EQ(strings(data::fixed_length_record_dataset({f}, 2, 4, 4)), (std::vector<std::string>{}));
 }
 
-// Regression (issue 13, item 11): a directory was reported as "No such file or directory".
+// Regression: a directory was reported as "No such file or directory".
 TEST(DataFiles, DirectoryIsInvalidArgumentSayingSo) {
   TempDir dir;
   const std::string d = dir.path("");
@@ -140,7 +140,7 @@ TEST(DataFiles, FifoIsRefusedWithoutBlocking) {
   EXPECT_THAT(records, AllOf(HasSubstr(p), HasSubstr("is not a regular file (it is a FIFO)")));
 }
 
-// Regression (issue 13, item 11): an unreadable file was reported as "No such file or directory".
+// Regression: an unreadable file was reported as "No such file or directory".
 TEST(DataFiles, UnreadableFileIsPermissionDeniedWithTheErrnoText) {
   TempDir dir;
   const auto f = dir.write("secret.txt", "a\nb\n");

@@ -111,7 +111,7 @@ TEST(DataProperty, OneWorkerKeepsTheOrderWithinEachGlobalBatch) {
 }
 
 // BALANCED cuts every global batch, full or partial, into slices whose sizes differ by at most
-// one, the larger ones first (API.md section 9), across all workers' replicas in global order.
+// one, the larger ones first (docs/api.md §9), across all workers' replicas in global order.
 TEST(DataProperty, BalancedSlicesOfEveryBatchDifferByAtMostOne) {
   std::mt19937_64 rng(1913);
   for (int trial = 0; trial < 100; ++trial) {

@@ -1,5 +1,5 @@
 // Fault injection (ctest label `faults`): a run aborted by a failure leaves nothing behind that
-// the next run could trip on. Issue 13 found one: a replica that had arrived in a collective of
+// the next run could trip on. The one checked here: a replica that had arrived in a collective of
 // the aborted run still counted as arrived, so when it returned at once in the next run, the
 // replicas waiting for it there did not notice and waited out their whole deadline.
 #include <gtest/gtest.h>

@@ -194,9 +194,9 @@ TEST(SimulatedGpu, OutOfMemoryIsTyped) {
   EXPECT_THAT(msg, HasSubstr("out of memory on GPU:1 (physical GPU 0)"));
 }
 
-// Item 9 of issue 14: replica 0 of a same-chip all-reduce fails after its stream was given the
-// fused kernel but before it recorded "done"; replica 1 leaves at once. Its freed buffers must not
-// be handed out again while replica 0's kernel may still write them.
+// Replica 0 of a same-chip all-reduce fails after its stream was given the fused kernel but
+// before it recorded "done"; replica 1 leaves at once. Its freed buffers must not be handed out
+// again while replica 0's kernel may still write them.
 TEST(SimulatedGpu, AFailedOnChipAllReduceReusesNoBufferItsKernelWrites) {
   MirroredStrategy s({"GPU:0", "GPU:1"});
   ASSERT_EQ(s.extended().cross_device_ops().name(), "ReductionToOneDevice");

@@ -1,4 +1,4 @@
-// The three review points of issue 25 that only a device can show, shown on simulated GPUs: an
+// Three behaviours that only a device can show, shown on simulated GPUs: an
 // integer division by zero reaches the replica whose kernel found it (not the replica whose
 // library wait happened to synchronise that stream next); a fused optimizer step whose launch fails
 // after some packs ran changes no parameter and no slot; and PendingCollective::wait() on a GPU

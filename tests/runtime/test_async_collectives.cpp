@@ -1,4 +1,4 @@
-// ReplicaContext::all_reduce_async and PendingCollective (API.md §11) on CPU replicas: results equal
+// ReplicaContext::all_reduce_async and PendingCollective (docs/api.md §11) on CPU replicas: results equal
 // the synchronous call bit for bit, issue order, waits in any order, errors and deadlines at
 // wait(), the destructor waits, failures end the run and the next run works, scratch inputs are
 // reduced in place.

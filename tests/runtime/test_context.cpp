@@ -140,8 +140,8 @@ TEST(Context, ExperimentalLocalResults) {
   EXPECT_EQ(s.experimental_local_results(m), (std::vector<double>{1.5, 1.5, 1.5}));
 }
 
-// API.md section 4: experimental_local_results of a variable gives its per-replica components
-// (before issue 13 it gave {variable}).
+// docs/api.md §4: experimental_local_results of a variable gives its per-replica components
+// (it once gave {variable}, as for a value that is not distributed).
 TEST(Context, ExperimentalLocalResultsOfAVariableAreItsComponents) {
   MirroredStrategy s(cpus(3));
   auto scope = s.scope();

@@ -1,4 +1,4 @@
-// The flight recorder (API.md §15): what the rings hold, and the reports that name the replica at
+// The flight recorder (docs/api.md §15): what the rings hold, and the reports that name the replica at
 // fault when a collective times out, a replica skips one, or replicas call different ones.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

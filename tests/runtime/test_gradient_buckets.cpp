@@ -1,4 +1,4 @@
-// GradientBuckets (API.md §11): buckets of bytes_per_pack filled in push order, each all-reduced
+// GradientBuckets (docs/api.md §11): buckets of bytes_per_pack filled in push order, each all-reduced
 // (asynchronously) once full, results in push order, the partial last bucket, several dtypes,
 // bitwise equality with all_reduce, errors.
 #include <gmock/gmock.h>

@@ -128,7 +128,7 @@ TEST_P(MergeCallTest, RunAndCollectivesInsideMergeFnAreRejected) {
   EXPECT_THAT(out[0].second, HasSubstr("outside the Strategy::run it belongs to"));
 }
 
-// API.md sections 4 and 5: merge_fn runs in cross-replica context (in_cross_replica_context()
+// docs/api.md §4 and §5: merge_fn runs in cross-replica context (in_cross_replica_context()
 // true, get_replica_context() null), also in a scope it enters; the replica's context is back
 // once merge_call returns or throws.
 TEST_P(MergeCallTest, CrossReplicaContextInsideMergeFnOnlyAndRestoredAfterwards) {

@@ -212,7 +212,7 @@ TEST_P(ReduceTest, NestStructuresMustMatch) {
             "structure on every replica)");
 }
 
-// Regression (issue 13): map keys were joined with ",", so {"a,b", "c"} and {"a", "b,c"} had
+// Regression: map keys were joined with ",", so {"a,b", "c"} and {"a", "b,c"} had
 // the same structure and were summed key by key.
 TEST_P(ReduceTest, MapKeysWithCommasDoNotCollide) {
   if (n() == 1) GTEST_SKIP() << "needs two replicas to differ";

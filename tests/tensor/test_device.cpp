@@ -1,4 +1,4 @@
-// Unit tests for device names (API contract §1): parsing, canonical forms, discovery, and the
+// Unit tests for device names (docs/api.md §1): parsing, canonical forms, discovery, and the
 // device checks MirroredStrategy's constructor makes.
 
 #include <gmock/gmock.h>

@@ -1,5 +1,5 @@
 // Unit tests for the printed forms: number formatting (Python / numpy repr), shapes, `repr` of
-// numbers and nests, and PerReplica / Mirrored (API contract §2, §3).
+// numbers and nests, and PerReplica / Mirrored (docs/api.md §2, §3).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -126,7 +126,7 @@ TEST(ShapeNumel, Products) {
   }
 }
 
-// Regression (issue 13, item 4): {1<<32, 1<<32} had numel 0 by signed overflow.
+// Regression: {1<<32, 1<<32} had numel 0 by signed overflow.
 TEST(ShapeNumel, OverflowIsRejectedNamingTheShape) {
   constexpr int64_t k32 = int64_t{1} << 32;
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();

@@ -1,4 +1,4 @@
-// Element-wise arithmetic of Tensor<T> for every dtype, and casts (API contract §2).
+// Element-wise arithmetic of Tensor<T> for every dtype, and casts (docs/api.md §2).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Construction, accessors, reshape, copies and devices of Tensor<T> (API contract §2).
+// Construction, accessors, reshape, copies and devices of Tensor<T> (docs/api.md §2).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -122,7 +122,7 @@ TEST(TensorConstruct, NegativeDimensionIsInvalidArgument) {
   EXPECT_THROW((void)Tensor<float>::zeros({2, -3}), InvalidArgumentError);
 }
 
-// Regression (issue 13, item 4): zeros({1<<32, 1<<32}) got numel 0 (signed overflow) and a
+// Regression: zeros({1<<32, 1<<32}) got numel 0 (signed overflow) and a
 // 1-byte buffer that later reads walked off.
 TEST(TensorConstruct, ShapeWhoseSizeOverflowsIsInvalidArgumentNamingIt) {
   constexpr int64_t k32 = int64_t{1} << 32;

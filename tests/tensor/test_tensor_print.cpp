@@ -1,4 +1,4 @@
-// The printed form of Tensor<T> (API contract §2) and its type traits.
+// The printed form of Tensor<T> (docs/api.md §2) and its type traits.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

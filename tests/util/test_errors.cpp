@@ -1,4 +1,4 @@
-// Unit tests for the error types and helpers (API contract §8), ReduceOp parsing and printing
+// Unit tests for the error types and helpers (docs/api.md §8), ReduceOp parsing and printing
 // (§4), and the environment-variable helper used for timeouts.
 
 #include <gmock/gmock.h>

@@ -140,7 +140,7 @@ TEST_F(CheckpointFormat, InconsistentOffsetsNameTheTensor) {
               AllOf(HasSubstr("corrupt header"), HasSubstr("expected ',' or '}' in an object")));
 }
 
-// Regression (issue 13, item 4): a header shape whose element count overflows int64 was accepted
+// Regression: a header shape whose element count overflows int64 was accepted
 // when another dimension was 0 (0 data bytes), giving a tensor whose row size overflows.
 TEST_F(CheckpointFormat, HeaderShapesThatOverflowAreRejected) {
   const std::string p = file("huge.safetensors");

@@ -20,7 +20,7 @@ using ::testing::StartsWith;
 
 constexpr auto kNoBlock = std::chrono::milliseconds(5000);
 
-// Regression (issue 13, item 8): the temporary file was `<path>.tmp`, opened with O_CREAT and
+// Regression: the temporary file was `<path>.tmp`, opened with O_CREAT and
 // without O_NOFOLLOW, so a symlink planted there had its target overwritten with the checkpoint.
 TEST_F(CheckpointFormat, SymlinkPlantedAtTheOldTempNameIsNotFollowed) {
   const std::string p = file("model.safetensors");
@@ -89,7 +89,7 @@ TEST_F(CheckpointFormat, EachSaveWritesAFreshUniquelyNamedTempFile) {
   EXPECT_THAT(save_leftovers(p), IsEmpty());
 }
 
-// Regression (issue 13, item 9): load opened a FIFO with a blocking open(2) and waited for a
+// Regression: load opened a FIFO with a blocking open(2) and waited for a
 // writer forever.
 TEST_F(CheckpointFormat, LoadingAFifoFailsWithoutBlocking) {
   const std::string p = file("pipe.safetensors");

@@ -1,4 +1,4 @@
-// optimizers::GradientAccumulator (API §15): with SUM and integer-valued gradients, k accumulated
+// optimizers::GradientAccumulator (docs/api.md §16): with SUM and integer-valued gradients, k accumulated
 // micro-batches applied once are bitwise one apply_gradients of the whole batch's gradient, for
 // SGD, momentum and Adam, sharded and not, on 1, 2 and 4 CPU replicas, within one run and across
 // runs; MEAN divides by k; the sums are bitwise those of adding the tensors by hand in accumulate
@@ -175,7 +175,7 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, Accumulation,
                                   std::to_string(std::get<2>(info.param)) + "replicas";
                          });
 
-// The sharded and unsharded accumulated steps give the same weights, too (§13's promise kept).
+// The sharded and unsharded accumulated steps give the same weights, too (docs/api.md §13's promise kept).
 TEST(GradientAccumulator, ShardedAndUnshardedAccumulationGiveTheSameWeights) {
   const Result plain = train({Kind::adam, false, 4, 3}, Mode::within_run);
   const Result sharded = train({Kind::adam, true, 4, 3}, Mode::within_run);

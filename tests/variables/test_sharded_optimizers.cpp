@@ -1,4 +1,4 @@
-// Sharded optimizer state (shard_optimizer_state, API §13) and the update inside the reduction:
+// Sharded optimizer state (shard_optimizer_state, docs/api.md §13) and the update inside the reduction:
 // on CPU replicas the weights and slots are bitwise those of the unsharded optimizer for SGD,
 // momentum, Nesterov, Adam and AdamW, N = 1, 2, 3, 4, 8, sizes not divisible by N, through the
 // fused in-process pass (InProcessAllReduce) and the generic one (ReductionToOneDevice:

@@ -233,7 +233,7 @@ TEST_P(VariableTest, WritingAVariableOfAnotherStrategyIsMixing) {
   EXPECT_EQ(copies(v), all(1.0f));
 }
 
-// Regression (issue 13, item 6): a variable kept its strategy's raw address; a new strategy at
+// Regression: a variable kept its strategy's raw address; a new strategy at
 // the same address took it for its own (assign segfaulted or silently wrote).
 TEST_P(VariableTest, AVariableWhoseStrategyIsDestroyedFailsOnUseEvenIfTheAddressIsReused) {
   std::optional<MirroredStrategy> slot;

@@ -82,7 +82,7 @@ TEST_P(VariableCheckpointTest, FailedRestoreChangesNothing) {
   std::remove(path.c_str());
 }
 
-// Regression (issue 13, item 5): restore wrote `a`, then threw on `b` (another strategy's).
+// Regression: restore wrote `a`, then threw on `b` (another strategy's).
 TEST_P(VariableCheckpointTest, RestoreOfVariablesOfTwoStrategiesChangesNothing) {
   const std::string path = temp_path("two_strategies_" + std::to_string(n()));
   MirroredStrategy sa(cpus(n()));
@@ -112,8 +112,8 @@ TEST_P(VariableCheckpointTest, RestoreOfVariablesOfTwoStrategiesChangesNothing) 
   std::remove(path.c_str());
 }
 
-// A variable whose strategy is gone (issue 13, item 6) can be neither saved nor restored, and a
-// restore that includes it changes nothing else.
+// A variable whose strategy is gone (it once kept a raw address of the strategy) can be neither
+// saved nor restored, and a restore that includes it changes nothing else.
 TEST_P(VariableCheckpointTest, VariablesOfADestroyedStrategyCannotBeSavedOrRestored) {
   const std::string path = temp_path("destroyed_" + std::to_string(n()));
   MirroredStrategy live(cpus(n()));

@@ -8,8 +8,9 @@
 namespace mirrored::data {
 
 /// How `Strategy::experimental_distribute_dataset` splits a dataset between input workers (TF's
-/// `tf.data.experimental.AutoShardPolicy`). With one input worker (every strategy today) no
-/// policy changes anything: the one worker reads everything.
+/// `tf.data.experimental.AutoShardPolicy`). Each worker is one input worker: a
+/// `MultiWorkerMirroredStrategy` has one per worker, a `MirroredStrategy` one, which reads
+/// everything whatever the policy.
 enum class AutoShardPolicy {
   /// No sharding: every worker reads the whole dataset.
   OFF = -1,

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// The BALANCED rule (API §9) as one function: how `total` items are cut into `parts` consecutive
+/// The BALANCED rule (docs/api.md §9) as one function: how `total` items are cut into `parts` consecutive
 /// pieces whose sizes differ by at most one, the first `total - parts * floor(total / parts)`
 /// pieces getting one more. Needed by `ReplicaContext::reduce_scatter`'s callers and by the
 /// optimizers' sharded state (<mirrored/optimizers.hpp>: every replica's slice of each variable).
