@@ -14,10 +14,13 @@
 namespace mirrored::flight_recorder {
 
 /// Writes the rings of every live strategy of this process to `path` as JSON (replaced
-/// atomically): `{"worker": W, "num_workers": N, "strategies": [{"replicas": [{"replica": R,
+/// atomically): `{"worker": W, "num_workers": N, "pid": P, "job_id": J, "attempt": A, "strategies":
+/// [{"replicas": [{"replica": R,
 /// "device": "CPU:0", "entries": [{"seq", "kind", "op", "dtype", "shape", "bytes", "async",
 /// "state", "issue_s", "start_s", "end_s"}...]}]}]}` (times in seconds of the system clock; issue:
 /// when the call entered the library, start: when it entered the collective, end: when it ended).
+/// J is `MIRRORED_JOB_ID` and A is `MIRRORED_RESTART_COUNT` (tools/launch.sh sets both; null when
+/// unset), so that `tools/flight_report.py` merges only the dumps of one attempt of one job.
 /// Safe while collectives run: rings are copied without stopping their replicas.
 /// \throws the file errors of `mirrored/errors.hpp` (NotFoundError, PermissionDeniedError, ...)
 /// when `path` cannot be written.

@@ -427,7 +427,20 @@ void dump_flight_recorders(const std::string& path) {
       num_workers = std::max(num_workers, r->num_workers());
     }
     out = str_cat("{\"worker\": ", worker, ", \"num_workers\": ", num_workers, ", \"pid\": ", getpid(),
-                  ", \"strategies\": [");
+                  ", \"job_id\": ");
+    // Which job and which attempt of it (tools/launch.sh sets both, a new job id per restart): the
+    // dumps of an earlier attempt in the same directory must not be merged with this one's. null
+    // where the process was not told.
+    if (const char* job = std::getenv("MIRRORED_JOB_ID"); job && *job)
+      json::append_json_string(out, job);
+    else
+      out += "null";
+    out += ", \"attempt\": ";
+    const char* attempt = std::getenv("MIRRORED_RESTART_COUNT");
+    char* end = nullptr;
+    const long long n = attempt && *attempt ? std::strtoll(attempt, &end, 10) : -1;
+    out += n >= 0 && end && *end == '\0' ? str_cat(n) : std::string("null");
+    out += ", \"strategies\": [";
     bool first = true;
     for (const FlightRecorder* r : registry()) {
       if (!r->enabled() || !r->recorded()) continue;  // e.g. the default strategy

@@ -121,6 +121,109 @@ TEST(Launcher, DoesNotRestartWhenItIsToldToStop) {
   EXPECT_THAT(job.output(0), ::testing::Not(HasSubstr("launch: restart")));
 }
 
+TEST(Launcher, DoesNotRestartWhenTheFirstFailureWasAnErrorAndTheOthersWereTerminatedAfterIt) {
+  // Worker 0 fails for good (a usage error); worker 1 would run on and is terminated by the
+  // launcher after the grace period: that death by SIGTERM is the launcher's doing, not a crash.
+  Job job = run({"/bin/bash", kLaunch, "2", "--max-restarts", "3", "--", "/bin/bash", "-c",
+                 "echo \"round $MIRRORED_RESTART_COUNT\"; [ \"$MIRRORED_LAUNCH_RANK\" = 0 ] && exit 2; "
+                 "while true; do sleep 0.1; done"},
+                {{"MIRRORED_LAUNCH_GRACE_S", "1"}});
+  ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
+  EXPECT_EQ(job.code(0), 2) << job.outputs();
+  EXPECT_THAT(job.output(0), HasSubstr("launch: worker 1 exited with status 143"));
+  EXPECT_THAT(job.output(0), HasSubstr("launch: not restarting: the failure was not a preemption or a crash"));
+  EXPECT_THAT(job.output(0), ::testing::Not(HasSubstr("round 1")));
+  EXPECT_THAT(job.output(0), ::testing::Not(HasSubstr("launch: restart")));
+}
+
+TEST(Launcher, PrintsNoShellNoticeWhenItKillsAWorker) {
+  // Worker 1 ignores SIGTERM, so the launcher kills it 10 s after the grace period; the output
+  // says so in the launcher's words only, and keeps what the worker printed.
+  Job job = run({"/bin/bash", kLaunch, "2", "--", "/bin/bash", "-c",
+                 "[ \"$MIRRORED_LAUNCH_RANK\" = 0 ] && exit 4; trap '' TERM; echo waiting; "
+                 "while true; do sleep 0.1; done"},
+                {{"MIRRORED_LAUNCH_GRACE_S", "1"}});
+  ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
+  EXPECT_EQ(job.code(0), 4) << job.outputs();
+  EXPECT_THAT(job.output(0), HasSubstr("[worker 1] waiting"));
+  EXPECT_THAT(job.output(0), HasSubstr("launch: worker 1 exited with status 137"));
+  EXPECT_THAT(job.output(0), ::testing::Not(HasSubstr("Killed")));
+  EXPECT_THAT(job.output(0), ::testing::Not(HasSubstr("TF_CONFIG=")));
+}
+
+TEST(Launcher, ForwardsSigintAndSighupAsTheSignalTheWorkersSaveOn) {
+  // Ctrl-C or a closed terminal must not cost the training: the workers get SIGTERM, which
+  // PreemptionCheckpointHandler saves on (here: a trap that says so and exits 75, as it does).
+  for (int sig : {SIGINT, SIGHUP}) {
+    testing::TempDir dir;
+    const std::string ready = dir.path() + "/ready";
+    Job job = run({"/bin/bash", kLaunch, "2", "--", "/bin/bash", "-c",
+                   "trap 'echo saved; exit 75' TERM; touch " + ready +
+                       ".$MIRRORED_LAUNCH_RANK; while true; do sleep 0.1; done"});
+    for (int i = 0; i < 1000 && !(std::filesystem::exists(ready + ".0") && std::filesystem::exists(ready + ".1"));
+         ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    job.signal(0, sig);
+    ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
+    EXPECT_EQ(job.code(0), 75) << "signal " << sig << "\n" << job.outputs();
+    EXPECT_THAT(job.output(0), HasSubstr("[worker 0] saved")) << "signal " << sig;
+    EXPECT_THAT(job.output(0), HasSubstr("[worker 1] saved")) << "signal " << sig;
+  }
+}
+
+TEST(Launcher, StartsNoFurtherRoundWhenItIsSignalledBetweenTwoRounds) {
+  // Round 0 ends with a restart request; the launcher is terminated while it waits to restart
+  // (a long MIRRORED_LAUNCH_RESTART_DELAY_S holds it between the rounds): round 1 never starts.
+  Job job = run({"/bin/bash", kLaunch, "2", "--max-restarts", "3", "--", "/bin/bash", "-c",
+                 "echo \"round $MIRRORED_RESTART_COUNT\"; "
+                 "[ \"$MIRRORED_LAUNCH_RANK\" = 1 ] && [ \"$MIRRORED_RESTART_COUNT\" = 0 ] && exit 75; "
+                 "trap 'exit 75' TERM; while true; do sleep 0.1; done"},
+                {{"MIRRORED_LAUNCH_GRACE_S", "1"}, {"MIRRORED_LAUNCH_RESTART_DELAY_S", "600"}});
+  ASSERT_TRUE(job.wait_for_output(0, "launch: restart 1 of 3:", kJobSeconds)) << job.outputs();
+  job.signal(0, SIGTERM);
+  ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
+  EXPECT_EQ(job.code(0), 75) << job.outputs();
+  EXPECT_THAT(job.output(0), HasSubstr("launch: not restarting: the launcher was told to stop"));
+  EXPECT_THAT(job.output(0), ::testing::Not(HasSubstr("round 1")));
+}
+
+TEST(Launcher, RejectsNumbersOutOfRangeAsUsageErrors) {
+  // Bash's arithmetic would wrap these around (a restart count that never runs out).
+  struct Case {
+    std::vector<std::string> argv;
+    std::map<std::string, std::string> env;
+    std::string message;
+  };
+  const std::vector<Case> cases{
+      {{"2", "--max-restarts", "99999999999999999999", "--", "true"},
+       {},
+       "launch: --max-restarts must be a whole number from 0 to 1000000, not '99999999999999999999'"},
+      {{"2", "--max-restarts", "1000001", "--", "true"},
+       {},
+       "launch: --max-restarts must be a whole number from 0 to 1000000, not '1000001'"},
+      {{"2", "--max-restarts", "+3", "--", "true"},
+       {},
+       "launch: --max-restarts must be a whole number from 0 to 1000000, not '+3'"},
+      {{"2", "--", "true"},
+       {{"MIRRORED_LAUNCH_GRACE_S", "1e3"}},
+       "launch: MIRRORED_LAUNCH_GRACE_S must be a number of seconds (digits, an optional fraction), not '1e3'"},
+      {{"99999999999999999999", "--", "true"},
+       {},
+       "launch: N (the number of workers) must be a whole number from 1 to 1024, not '99999999999999999999'"},
+      {{"1025", "--", "true"}, {}, "launch: N (the number of workers) must be a whole number from 1 to 1024, not '1025'"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv{"/bin/bash", kLaunch};
+    argv.insert(argv.end(), c.argv.begin(), c.argv.end());
+    Job job = run(argv, c.env);
+    // ASSERT: a count the launcher took would start that many rounds or workers.
+    ASSERT_TRUE(job.wait(kJobSeconds)) << c.message;
+    ASSERT_EQ(job.code(0), 2) << c.message << "\n" << job.output(0);
+    EXPECT_THAT(job.output(0), HasSubstr(c.message));
+    EXPECT_THAT(job.output(0), HasSubstr("usage: tools/launch.sh N"));
+  }
+}
+
 TEST(Launcher, RejectsABadRestartCount) {
   Job job = run({"/bin/bash", kLaunch, "2", "--max-restarts", "-1", "--", "true"});
   ASSERT_TRUE(job.wait(kJobSeconds));

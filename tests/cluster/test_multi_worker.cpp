@@ -4,9 +4,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "cluster/process_harness.hpp"
@@ -279,6 +281,107 @@ std::string flight_report_of(const std::string& dir) {
     ::pclose(pipe);
   }
   return out;
+}
+
+// tools/flight_report.py's output (stdout and stderr) and exit status for `args`.
+struct ToolRun {
+  std::string out;
+  int status = -1;
+};
+ToolRun flight_report_run(const std::string& args) {
+  const std::string command = std::string("python3 ") + MIRRORED_SOURCE_DIR + "/tools/flight_report.py " + args + " 2>&1";
+  ToolRun run;
+  if (FILE* pipe = ::popen(command.c_str(), "r")) {
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) run.out.append(buf, n);
+    const int st = ::pclose(pipe);
+    run.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  }
+  return run;
+}
+
+// A dump of one replica (CPU:0) of `worker` of 2 that completed all_reduce #1..#done; `identity`
+// is the dump's "job_id" and "attempt" members (empty: a dump that names neither).
+std::string fake_dump(int worker, int done, const std::string& identity) {
+  std::string entries;
+  for (int i = 1; i <= done; ++i)
+    entries += (i > 1 ? ", " : "") + std::string("{\"seq\": ") + std::to_string(i) +
+               ", \"kind\": \"all_reduce\", \"state\": \"done\"}";
+  return "{\"worker\": " + std::to_string(worker) + ", \"num_workers\": 2, \"pid\": 1, " + identity +
+         (identity.empty() ? "" : ", ") + "\"strategies\": [{\"replicas\": [{\"replica\": 0, \"device\": " +
+         "\"CPU:0\", \"entries\": [" + entries + "]}]}]}\n";
+}
+
+void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+// Worker 1 wrote a dump in attempt 0 (behind at #4) and none in attempt 1, where worker 0 wrote
+// one: merging the two would blame worker 1 for attempt 0's state.
+TEST(FlightReportTool, UsesTheNewestAttemptAndNamesTheDumpsItLeftOut) {
+  testing::TempDir dir;
+  write_file(dir.path() + "/flight_recorder.worker0.json",
+             fake_dump(0, 5, "\"job_id\": \"launch-9-1\", \"attempt\": 1"));
+  write_file(dir.path() + "/flight_recorder.worker1.json",
+             fake_dump(1, 3, "\"job_id\": \"launch-9-0\", \"attempt\": 0"));
+  const ToolRun run = flight_report_run(dir.path());
+  EXPECT_EQ(run.status, 0) << run.out;
+  EXPECT_THAT(run.out, HasSubstr("flight_report.py: using attempt 1 (job launch-9-1); left out: " + dir.path() +
+                                 "/flight_recorder.worker1.json (attempt 0, job launch-9-0)\n"));
+  EXPECT_THAT(run.out, HasSubstr("worker 1 wrote no dump"));
+  EXPECT_THAT(run.out, ::testing::Not(HasSubstr("is behind")));
+  // An earlier attempt on request.
+  const ToolRun earlier = flight_report_run("--attempt 0 " + dir.path());
+  EXPECT_EQ(earlier.status, 0) << earlier.out;
+  EXPECT_THAT(earlier.out, HasSubstr("flight_report.py: using attempt 0 (job launch-9-0)"));
+  EXPECT_THAT(earlier.out, HasSubstr("worker 0 wrote no dump"));
+}
+
+TEST(FlightReportTool, RefusesDumpsThatDoNotBelongToOneJob) {
+  testing::TempDir dir;
+  const std::string a = dir.path() + "/a.json", b = dir.path() + "/b.json", c = dir.path() + "/c.json";
+  write_file(a, fake_dump(0, 3, "\"job_id\": \"launch-1-0\", \"attempt\": 0"));
+  write_file(b, fake_dump(1, 3, "\"job_id\": \"launch-2-0\", \"attempt\": 0"));
+  write_file(c, fake_dump(1, 3, ""));
+  const ToolRun two_jobs = flight_report_run(a + " " + b);
+  EXPECT_EQ(two_jobs.status, 2) << two_jobs.out;
+  EXPECT_EQ(two_jobs.out,
+            "flight_report.py: the dumps of attempt 0 are of different jobs (launch-1-0, launch-2-0): name the files "
+            "of one job\n");
+  const ToolRun unknown = flight_report_run(a + " " + c);
+  EXPECT_EQ(unknown.status, 2) << unknown.out;
+  EXPECT_EQ(unknown.out, "flight_report.py: cannot tell which dumps belong together: " + c +
+                             " named no attempt, the others did (attempt 0, job launch-1-0)\n");
+  // Dumps that name neither (written before dumps named them, or outside the launcher) are one job.
+  const ToolRun old = flight_report_run(c);
+  EXPECT_EQ(old.status, 0) << old.out;
+  EXPECT_THAT(old.out, HasSubstr("no divergence: every replica made the same calls up to #3"));
+}
+
+TEST(FlightReportTool, SaysWhatIsWrongWithAMalformedDumpAndExitsWith2) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/dump.json";
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"[1, 2]\n", "not a flight-recorder dump: a JSON object expected, not list"},
+      {"{\"worker\": 0, \"strategies\": [{\"replicas\": [{\"replica\": 0, \"device\": \"CPU:0\", \"entries\": "
+       "[{\"kind\": \"all_reduce\", \"state\": \"done\"}]}]}]}\n",
+       "not a flight-recorder dump: an entry without a \"seq\" number: {\"kind\": \"all_reduce\", \"state\": \"done\"}"},
+      {"{\"worker\": 0, \"strategies\": {}}\n", "not a flight-recorder dump: \"strategies\" must be a list"},
+      {"{\"worker\": \"0\"}\n", "not a flight-recorder dump: \"worker\" must be a number >= 0"},
+      {"{\"worker\": 0, \"strategies\": [{\"replicas\": [{\"replica\": 0}]}]}\n",
+       "not a flight-recorder dump: a replica must be an object with \"replica\" (a number), \"device\" (a string) "
+       "and \"entries\" (a list)"},
+      {"{\"worker\": 0, \"attempt\": -1}\n", "not a flight-recorder dump: \"attempt\" must be a number >= 0 or null"},
+  };
+  for (const auto& [text, message] : cases) {
+    write_file(path, text);
+    const ToolRun run = flight_report_run(path);
+    EXPECT_EQ(run.status, 2) << text << run.out;
+    EXPECT_EQ(run.out, "flight_report.py: " + path + ": " + message + "\n") << text;
+  }
+  const ToolRun truncated = (write_file(path, "{\"worker\": 0, \"stra"), flight_report_run(path));
+  EXPECT_EQ(truncated.status, 2) << truncated.out;
+  EXPECT_THAT(truncated.out, HasSubstr("flight_report.py: cannot read " + path + ": "));
+  EXPECT_THAT(truncated.out, ::testing::Not(HasSubstr("Traceback")));
 }
 
 bool exists_eventually(const std::string& path) {

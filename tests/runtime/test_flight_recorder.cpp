@@ -312,6 +312,27 @@ TEST(FlightRecorder, EventsDumpTheRingsIntoTheDirectory) {
   EXPECT_EQ(text(waiting[0].find("state")), "waiting");
 }
 
+TEST(FlightRecorder, ADumpNamesItsJobAndAttempt) {
+  // tools/flight_report.py tells the dumps of an earlier attempt in the same directory by these.
+  MirroredStrategy s(cpus(1));
+  s.run([] { get_replica_context()->all_reduce(ReduceOp::SUM, 1); });
+  ScratchDir dir;
+  ::setenv("MIRRORED_JOB_ID", "launch-12-34-2", 1);
+  ::setenv("MIRRORED_RESTART_COUNT", "2", 1);
+  flight_recorder::dump(dir.path("launched.json"));
+  ::unsetenv("MIRRORED_JOB_ID");
+  ::unsetenv("MIRRORED_RESTART_COUNT");
+  flight_recorder::dump(dir.path("plain.json"));
+  const auto launched = read_json(dir.path("launched.json"));
+  EXPECT_EQ(text(launched.find("job_id")), "launch-12-34-2");
+  EXPECT_EQ(integer(launched.find("attempt")), 2);
+  const auto plain = read_json(dir.path("plain.json"));
+  ASSERT_NE(plain.find("job_id"), nullptr);
+  EXPECT_TRUE(plain.find("job_id")->is_null());
+  ASSERT_NE(plain.find("attempt"), nullptr);
+  EXPECT_TRUE(plain.find("attempt")->is_null());
+}
+
 TEST(FlightRecorder, DumpToAMissingDirectoryIsATypedError) {
   MirroredStrategy s(cpus(1));
   EXPECT_THROW(flight_recorder::dump("/no-such-dir/mirrored/flight.json"), NotFoundError);
