@@ -27,7 +27,10 @@
 ///
 /// A save holds a `flock` on the directory itself (one save of a directory at a time, across
 /// processes; no lock file to create or remove), so every temporary file it finds belongs to a
-/// crashed save and is removed (as are lock files of earlier versions, `*.lock`).
+/// crashed save and is removed (as are lock files of earlier versions, `*.lock`). Each save reads
+/// the index under that lock, so managers (in one process or several) saving into one directory
+/// one after the other share one list of kept checkpoints: none drops another's checkpoint that is
+/// among the newest `max_to_keep` saved into the directory.
 ///
 /// Names inside a checkpoint file: a variable's tensor is the name it is tracked under;
 /// an optimizer tracked as `opt` stores `opt/<variable name>/<slot>` for every slot of every
@@ -223,10 +226,6 @@ class CheckpointManager {
   int max_to_keep_;
   CheckpointManagerOptions options_;
   int dir_fd_ = -1;
-  // The index this manager wrote last (its kept names, oldest first) and the inode it was renamed
-  // from: while the index file is that inode, the next save need not read it back.
-  std::vector<std::string> index_cache_;
-  unsigned long long index_inode_ = 0;
   // The spares (names in directory_) the next save writes its data file and its index into, or
   // empty.
   std::string spare_;

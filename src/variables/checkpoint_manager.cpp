@@ -114,7 +114,6 @@ int CheckpointManager::directory_fd(const std::string& who) {
       return dir_fd_;
     ::close(dir_fd_);  // removed or replaced since: lock and write the one there now
     dir_fd_ = -1;
-    index_cache_.clear();
   }
   std::error_code ec;
   std::filesystem::create_directories(directory_, ec);
@@ -282,18 +281,17 @@ std::string CheckpointManager::save(int64_t step) {
       }
       const DirectoryLock locked{dir_fd};
       const std::string index_path = directory_ + "/" + std::string(mf::kIndexName);
+      // Read under the lock at every save, never taken from what this manager wrote last: another
+      // manager or process may have saved since (the index then lists its checkpoints too), and no
+      // check of the file's identity tells: the spare exchange brings this manager's own inode
+      // back as the other's index, and a freed inode number is reused.
       mf::Index index;
-      struct stat index_stat {};
-      if (!index_cache_.empty() && ::stat(index_path.c_str(), &index_stat) == 0 &&
-          static_cast<unsigned long long>(index_stat.st_ino) == index_inode_) {
-        index.kept = index_cache_;  // the index this manager wrote last is still the one there
-      } else if (auto previous = mf::read_index(directory_, who)) {
+      if (auto previous = mf::read_index(directory_, who)) {
         index = std::move(*previous);
       } else {
         const auto files = mf::scan(directory_);
         for (auto it = files.rbegin(); it != files.rend(); ++it) index.kept.push_back(it->second);
       }
-      index_cache_.clear();
       // The data file is fsynced before its rename, so no machine crash leaves a partial file
       // under a checkpoint's name; the index is not (a hint: a truncated or lost one makes
       // latest_checkpoint scan the directory).
@@ -315,8 +313,6 @@ std::string CheckpointManager::save(int64_t step) {
             spare.empty() ? detail::AtomicFileWriter(index_path, who, detail::AtomicFileWriter::Locking::held_by_caller)
                           : detail::AtomicFileWriter(index_path, who, directory_ + "/" + spare);
         mf::write_all_fd(index_file.fd(), mf::format_index(index), who, index_file.temp_path());
-        struct stat written {};
-        const bool known = ::fstat(index_file.fd(), &written) == 0;
         const std::string old_index = index_file.commit(/*sync_file=*/false, /*sync_directory=*/false,
                                                         /*keep_old=*/true);
         if (!spare.empty() && old_index == directory_ + "/" + spare) {
@@ -329,10 +325,6 @@ std::string CheckpointManager::save(int64_t step) {
             index_spare_ = std::move(name);
           else
             ::unlink(old_index.c_str());
-        }
-        if (known) {
-          index_cache_ = index.kept;
-          index_inode_ = static_cast<unsigned long long>(written.st_ino);
         }
       }
       // One directory fsync for both renames: the checkpoint survives a machine crash from here on.
