@@ -217,6 +217,9 @@ class CheckpointManager {
   [[noreturn]] static void throw_untracked_slot(const std::string& optimizer, const std::string& slot_variable,
                                                 const char* op);
 
+  /// The chief's part of `save(step)`: under the directory's lock, writes the data file and the
+  /// index, then drops what the index no longer keeps.
+  void write_checkpoint(int64_t step, const TensorMap& tensors, const std::string& who);
   /// The directory, opened (and created) by the first save of the chief: what a save locks.
   /// Reopened when the directory at `directory_` is no longer the one it refers to.
   int directory_fd(const std::string& who);

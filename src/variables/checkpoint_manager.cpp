@@ -3,19 +3,15 @@
 
 #include "mirrored/checkpoint_manager.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -76,6 +72,18 @@ std::vector<std::string> gather_bytes_per_worker(Strategy& s, const std::string&
     out.emplace_back(reinterpret_cast<const char*>(p), static_cast<std::size_t>(lengths[k]));
   }
   return out;
+}
+
+/// Every worker learns whether the chief's write succeeded (a collective of every worker): rethrows
+/// this worker's `failure`, or throws UnavailableError on a worker whose own part succeeded when the
+/// chief's failed.
+void agree_on_outcome(Strategy& s, const std::exception_ptr& failure, const std::string& who, const std::string& path) {
+  if (s.extended().num_workers() > 1) {
+    const std::vector<int64_t> ok = gather_per_worker(s, failure ? 0 : 1);
+    if (!failure && ok.front() == 0)
+      throw UnavailableError(str_cat(who, "the chief (worker 0) failed to write '", path, "' (see its log)"));
+  }
+  if (failure) std::rethrow_exception(failure);
 }
 
 detail::UntypedTensor bytes_tensor(const std::string& bytes) {
@@ -254,8 +262,7 @@ std::string CheckpointManager::save(int64_t step) {
   mf::require_cross_replica_manager("save");
   MIRRORED_ENFORCE(step >= 0, InvalidArgumentError, "CheckpointManager('", directory_,
                    "').save: step must be >= 0, got ", step);
-  const std::string name = mf::data_name(step);
-  const std::string path = directory_ + "/" + name;
+  const std::string path = directory_ + "/" + mf::data_name(step);
   const std::string who = str_cat("CheckpointManager('", directory_, "').save: ");
 
   // Every worker gathers what it must (collectives), in name order.
@@ -265,109 +272,41 @@ std::string CheckpointManager::save(int64_t step) {
   std::exception_ptr failure;
   if (strategy_.extended().should_checkpoint()) {
     try {
-      // One save of the directory at a time: a lock on the directory itself, so every temporary
-      // file present now is a crashed save's, and the files this save writes need no lock of
-      // their own.
-      const int dir_fd = directory_fd(who);
-      struct DirectoryLock {
-        int fd;
-        ~DirectoryLock() { ::flock(fd, LOCK_UN); }
-      };
-      while (::flock(dir_fd, LOCK_EX | LOCK_NB) != 0) {
-        if (errno == EINTR) continue;
-        if (errno == EWOULDBLOCK)
-          throw FailedPreconditionError(str_cat(who, "another save to this directory is in progress"));
-        detail::throw_file_error(who, "locking directory", directory_, errno);
-      }
-      const DirectoryLock locked{dir_fd};
-      const std::string index_path = directory_ + "/" + std::string(mf::kIndexName);
-      // Read under the lock at every save, never taken from what this manager wrote last: another
-      // manager or process may have saved since (the index then lists its checkpoints too), and no
-      // check of the file's identity tells: the spare exchange brings this manager's own inode
-      // back as the other's index, and a freed inode number is reused.
-      mf::Index index;
-      if (auto previous = mf::read_index(directory_, who)) {
-        index = std::move(*previous);
-      } else {
-        const auto files = mf::scan(directory_);
-        for (auto it = files.rbegin(); it != files.rend(); ++it) index.kept.push_back(it->second);
-      }
-      // The data file is fsynced before its rename, so no machine crash leaves a partial file
-      // under a checkpoint's name; the index is not (a hint: a truncated or lost one makes
-      // latest_checkpoint scan the directory).
-      // Into the spare when there is one (the file of a checkpoint an earlier save dropped): taken
-      // now, whether or not it can be used (if not, it is gone, or removed with the strays below).
-      const std::string spare = std::exchange(spare_, std::string());
-      internal::save_tensors_with(path, tensors, metadata_, {{mf::kStepKey, std::to_string(step)}},
-                                  /*sync_directory=*/false, /*caller_holds_lock=*/true,
-                                  spare.empty() ? spare : directory_ + "/" + spare);
-      index.kept.erase(std::remove(index.kept.begin(), index.kept.end(), name), index.kept.end());
-      index.kept.push_back(name);
-      if (index.kept.size() > static_cast<std::size_t>(max_to_keep_))
-        index.kept.erase(index.kept.begin(), index.kept.end() - max_to_keep_);
-      {
-        // Written into the previous index's file when this manager kept it, and exchanged with
-        // the index there now, which becomes the spare of the next save's index.
-        const std::string spare = std::exchange(index_spare_, std::string());
-        detail::AtomicFileWriter index_file =
-            spare.empty() ? detail::AtomicFileWriter(index_path, who, detail::AtomicFileWriter::Locking::held_by_caller)
-                          : detail::AtomicFileWriter(index_path, who, directory_ + "/" + spare);
-        mf::write_all_fd(index_file.fd(), mf::format_index(index), who, index_file.temp_path());
-        const std::string old_index = index_file.commit(/*sync_file=*/false, /*sync_directory=*/false,
-                                                        /*keep_old=*/true);
-        if (!spare.empty() && old_index == directory_ + "/" + spare) {
-          index_spare_ = spare;  // the spare's name now holds the index just replaced
-        } else if (!old_index.empty()) {
-          // The first exchange: the replaced index is under a temporary name; give it a spare's.
-          std::string name = str_cat(mf::kSparePrefix, detail::AtomicFileWriter::random_suffix());
-          if (::renameat2(AT_FDCWD, old_index.c_str(), AT_FDCWD, (directory_ + "/" + name).c_str(),
-                          RENAME_NOREPLACE) == 0)
-            index_spare_ = std::move(name);
-          else
-            ::unlink(old_index.c_str());
-        }
-      }
-      // One directory fsync for both renames: the checkpoint survives a machine crash from here on.
-      if (options_.sync_directory) detail::AtomicFileWriter::sync_directory(who, directory_);
-      // One pass over the directory: what crashed saves left (temporary files; none is this
-      // save's, whose files are renamed by now), and the data files the index no longer keeps
-      // (older ones, and any a crash left unindexed). The first of those becomes the spare that
-      // the next save writes into: renamed, not deleted (never over an existing name).
-      if (DIR* d = ::opendir(directory_.c_str())) {
-        while (const dirent* e = ::readdir(d)) {
-          const std::string_view file = e->d_name;
-          if (file == spare_ || file == index_spare_) continue;  // this manager's spares
-          if (mf::is_stray(file)) {
-            ::unlinkat(::dirfd(d), e->d_name, 0);
-            continue;
-          }
-          if (!mf::step_of(file) || std::find(index.kept.begin(), index.kept.end(), file) != index.kept.end())
-            continue;
-          if (spare_.empty()) {
-            std::string candidate = str_cat(mf::kSparePrefix, detail::AtomicFileWriter::random_suffix());
-            if (::renameat2(::dirfd(d), e->d_name, ::dirfd(d), candidate.c_str(), RENAME_NOREPLACE) == 0) {
-              spare_ = std::move(candidate);
-              continue;
-            }
-          }
-          if (::unlinkat(::dirfd(d), e->d_name, 0) != 0 && errno != ENOENT)
-            MIRRORED_LOG(warn, who, "could not delete the old checkpoint '", directory_, "/", file,
-                         "': ", std::strerror(errno));
-        }
-        ::closedir(d);
-      }
+      write_checkpoint(step, tensors, who);
     } catch (...) {
       failure = std::current_exception();
     }
   }
-  if (strategy_.extended().num_workers() > 1) {
-    // Every worker learns whether the chief's write succeeded.
-    const std::vector<int64_t> ok = mf::gather_per_worker(strategy_, failure ? 0 : 1);
-    if (!failure && ok.front() == 0)
-      throw UnavailableError(str_cat(who, "the chief (worker 0) failed to write '", path, "' (see its log)"));
-  }
-  if (failure) std::rethrow_exception(failure);
+  mf::agree_on_outcome(strategy_, failure, who, path);
   return path;
+}
+
+void CheckpointManager::write_checkpoint(int64_t step, const TensorMap& tensors, const std::string& who) {
+  const std::string name = mf::data_name(step);
+  // One save of the directory at a time: a lock on the directory itself, so every temporary file
+  // present now is a crashed save's, and the files this save writes need no lock of their own.
+  const mf::DirectoryLock locked(directory_fd(who), directory_, who);
+  // Read under the lock at every save, never taken from what this manager wrote last: another
+  // manager or process may have saved since (the index then lists its checkpoints too), and no
+  // check of the file's identity tells: the spare exchange brings this manager's own inode back as
+  // the other's index, and a freed inode number is reused.
+  mf::Index index = mf::kept_checkpoints(directory_, who);
+  // The data file is fsynced before its rename, so no machine crash leaves a partial file under a
+  // checkpoint's name; the index is not (a hint: a truncated or lost one makes latest_checkpoint
+  // scan the directory). Into the spare when there is one (the file of a checkpoint an earlier
+  // save dropped): taken now, whether or not it can be used (if not, it is gone, or removed with
+  // the strays by the sweep).
+  const std::string spare = std::exchange(spare_, std::string());
+  internal::save_tensors_with(directory_ + "/" + name, tensors, metadata_, {{mf::kStepKey, std::to_string(step)}},
+                              /*sync_directory=*/false, /*caller_holds_lock=*/true,
+                              spare.empty() ? spare : directory_ + "/" + spare);
+  mf::keep_newest(index, name, max_to_keep_);
+  mf::write_index(directory_, index, index_spare_, who);
+  // One directory fsync for both renames: the checkpoint survives a machine crash from here on.
+  if (options_.sync_directory) detail::AtomicFileWriter::sync_directory(who, directory_);
+  // What crashed saves left (none is this save's, whose files are renamed by now), and the data
+  // files the index no longer keeps; one of those becomes the next save's spare.
+  mf::sweep(directory_, index, spare_, index_spare_, who);
 }
 
 std::optional<int64_t> CheckpointManager::restore_or_initialize() {
