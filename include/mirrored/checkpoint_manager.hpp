@@ -166,6 +166,8 @@ class CheckpointManager {
 
   /// Saves everything tracked as checkpoint `step` and returns its path
   /// (`DIR/ckpt-<step>.safetensors`; the same on every worker; saving a step again replaces it).
+  /// Any step from 0 to INT64_MAX (a timestamp in nanoseconds, say) is found again by
+  /// `latest_checkpoint` and the directory scan.
   /// Every worker must call it (see the file comment). Nothing tracked changes.
   /// \throws InvalidArgumentError for a negative step, two tracked objects that store the same
   /// tensor name, or optimizer slots of an untracked variable (naming them); FailedPreconditionError

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "mirrored/detail/format.hpp"
@@ -25,18 +26,22 @@ using detail::str_cat;
 
 std::string data_name(int64_t step) { return str_cat(kDataPrefix, step, kDataSuffix); }
 
-/// The step of a data file's name `ckpt-<digits>.safetensors`, or nullopt for any other name.
+/// The step of a data file's name `ckpt-<digits>.safetensors` (0 to INT64_MAX), or nullopt.
 std::optional<int64_t> step_of(std::string_view name) {
   if (name.size() <= kDataPrefix.size() + kDataSuffix.size() || name.substr(0, kDataPrefix.size()) != kDataPrefix ||
       name.substr(name.size() - kDataSuffix.size()) != kDataSuffix)
     return std::nullopt;
   const std::string_view digits =
       name.substr(kDataPrefix.size(), name.size() - kDataPrefix.size() - kDataSuffix.size());
-  if (digits.size() > 18) return std::nullopt;  // fits int64
+  // Every step save accepts, up to INT64_MAX (19 digits: a timestamp in nanoseconds is one), and
+  // nothing beyond it: a name that would overflow is no checkpoint's.
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   int64_t step = 0;
   for (char c : digits) {
     if (c < '0' || c > '9') return std::nullopt;
-    step = step * 10 + (c - '0');
+    const int digit = c - '0';
+    if (step > (kMax - digit) / 10) return std::nullopt;
+    step = step * 10 + digit;
   }
   return step;
 }

@@ -24,7 +24,8 @@ inline constexpr std::size_t kMaxIndexBytes = std::size_t{1} << 20;
 /// `ckpt-<step>.safetensors`.
 std::string data_name(int64_t step);
 
-/// The step of a data file's name `ckpt-<digits>.safetensors`, or nullopt for any other name.
+/// The step of a data file's name `ckpt-<digits>.safetensors` (any step `save` accepts: 0 to
+/// INT64_MAX), or nullopt for any other name, one whose number exceeds INT64_MAX included.
 std::optional<int64_t> step_of(std::string_view name);
 
 /// A dropped checkpoint's file kept to write the next save into: `.ckpt-spare.<suffix>`.

@@ -1,10 +1,12 @@
 // CheckpointManager's directory as the index and the file names describe it: two managers saving
 // into one directory (one after the other, as two processes would under the directory's lock) keep
-// each other's checkpoints.
+// each other's checkpoints, and every step `save` accepts -- the whole non-negative int64 range --
+// is found again by `latest_checkpoint` and restored.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -70,6 +72,49 @@ TEST_F(ManagerTest, TwoManagersOfOneDirectoryDropTheOldestOfBothSaves) {
   t.save(t.b, t.b_value, 5);
   EXPECT_THAT(listing_but_spares(dir_), ElementsAre("checkpoint", "ckpt-4.safetensors", "ckpt-5.safetensors"));
   EXPECT_EQ(read_file(file("checkpoint")), index_of({"ckpt-4.safetensors", "ckpt-5.safetensors"}));
+}
+
+TEST_F(ManagerTest, StepsOfNineteenDigitsAreTheLatestAndRestore) {
+  constexpr int64_t kNanoseconds = 1'700'000'000'000'000'000;  // a timestamp in ns as the step
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  Variable<float> w(Tensor<float>{0.0f});
+  checkpoint::CheckpointManager m(get_strategy(), dir_, /*max_to_keep=*/2);
+  m.track("w", w);
+  for (const int64_t step : {int64_t{999'999'999'999'999'999}, kNanoseconds}) {
+    w.assign(Tensor<float>{static_cast<float>(step % 1000 + 1)});
+    m.save(step);
+  }
+  EXPECT_EQ(m.latest_checkpoint(), file("ckpt-1700000000000000000.safetensors"));
+  w.assign(Tensor<float>{0.0f});
+  EXPECT_EQ(m.restore_or_initialize(), kNanoseconds);
+  EXPECT_EQ(w.value().item(), 1.0f);
+
+  w.assign(Tensor<float>{8.0f});
+  m.save(kMax);
+  EXPECT_THAT(listing_but_spares(dir_), ElementsAre("checkpoint", "ckpt-1700000000000000000.safetensors",
+                                                    "ckpt-9223372036854775807.safetensors"));
+  EXPECT_EQ(read_file(file("checkpoint")),
+            index_of({"ckpt-1700000000000000000.safetensors", "ckpt-9223372036854775807.safetensors"}));
+  EXPECT_EQ(m.latest_checkpoint(), file("ckpt-9223372036854775807.safetensors"));
+  // Without the index, the scan orders them by step.
+  fs::remove(file("checkpoint"));
+  EXPECT_EQ(m.latest_checkpoint(), file("ckpt-9223372036854775807.safetensors"));
+  w.assign(Tensor<float>{0.0f});
+  EXPECT_EQ(m.restore_or_initialize(), kMax);
+  EXPECT_EQ(w.value().item(), 8.0f);
+}
+
+TEST_F(ManagerTest, AFileNameBeyondTheInt64RangeIsNoCheckpoint) {
+  Variable<float> w(Tensor<float>{1.0f});
+  checkpoint::CheckpointManager m(get_strategy(), dir_);
+  m.track("w", w);
+  m.save(7);
+  fs::remove(file("checkpoint"));
+  // INT64_MAX + 1, and 20 digits: names no save writes, which must not wrap to a step.
+  write_file(file("ckpt-9223372036854775808.safetensors"), "x");
+  write_file(file("ckpt-10000000000000000000.safetensors"), "x");
+  EXPECT_EQ(m.latest_checkpoint(), file("ckpt-7.safetensors"));
+  EXPECT_EQ(m.restore_or_initialize(), 7);
 }
 
 }  // namespace manager_directory_test
