@@ -129,6 +129,16 @@ struct CheckpointManagerOptions {
   bool sync_directory = false;
 };
 
+/// Options of `CheckpointManager::restore_or_initialize`.
+struct RestoreOptions {
+  /// TF's `expect_partial()` (`checkpoint.restore(path).expect_partial()`): restoring only part of
+  /// the checkpoint is intended -- the weights without the optimizer's slots and step counter or
+  /// the iterators' states, to evaluate or fine-tune a model. The checkpoint's tensors that
+  /// nothing tracked here asks for are then left alone (`CheckpointManager::unrestored` lists
+  /// them) instead of failing the restore. Every tracked object must still find all its tensors.
+  bool expect_partial = false;
+};
+
 /// Saves and restores tracked state as numbered checkpoints in a directory (see the file comment).
 /// Not copyable or movable (its tracked objects' callbacks refer to it).
 class CheckpointManager {
@@ -184,15 +194,22 @@ class CheckpointManager {
   /// Restores everything tracked from the newest checkpoint and returns its step, or returns
   /// nullopt and changes nothing when there is none (an empty or missing directory: initialise).
   /// The whole file is loaded and checked first -- every tracked tensor present with its dtype and
-  /// shape, no tensor that nothing tracked here stores, each iterator saved by as many workers as
-  /// this run has -- and only then is anything changed.
+  /// shape, no tensor that nothing tracked here stores (unless `options.expect_partial`), each
+  /// iterator saved by as many workers as this run has -- and only then is anything changed.
   /// \throws InvalidArgumentError for a corrupt newest checkpoint (unless
   /// `fall_back_to_valid_checkpoint`), a checkpoint of another model (other dtypes or shapes, extra
-  /// names), another worker count for an iterator, or an iterator state its `restore_state`
-  /// refuses; NotFoundError for a tensor the checkpoint lacks; FailedPreconditionError inside
-  /// `run`. Every message names the file. On any error nothing tracked has changed (except that an
-  /// optimizer may have made its slots, zeros, as its first update would).
-  std::optional<int64_t> restore_or_initialize();
+  /// names: the message lists them and names `expect_partial`), another worker count for an
+  /// iterator, or an iterator state its `restore_state` refuses; NotFoundError for a tensor the
+  /// checkpoint lacks; FailedPreconditionError inside `run`. Every message names the file. On any
+  /// error nothing tracked has changed (except that an optimizer may have made its slots, zeros, as
+  /// its first update would), nor has `unrestored()`.
+  std::optional<int64_t> restore_or_initialize(RestoreOptions options = {});
+
+  /// The names of the tensors of the checkpoint the last successful `restore_or_initialize`
+  /// restored that nothing tracked here asked for, in file (name) order: what
+  /// `RestoreOptions::expect_partial` left alone. Empty before any restore, after one that found no
+  /// checkpoint, and after one that restored every tensor.
+  const std::vector<std::string>& unrestored() const noexcept { return unrestored_; }
 
   const std::string& directory() const noexcept { return directory_; }
   int max_to_keep() const noexcept { return max_to_keep_; }
@@ -238,6 +255,7 @@ class CheckpointManager {
   std::map<std::string, detail::CheckpointTrackable> tracked_;  // saved and restored in name order
   std::map<std::string, TrackedVariable> variables_;
   Metadata metadata_;
+  std::vector<std::string> unrestored_;
 };
 
 // ---------------------------------------------------------------------------------------------

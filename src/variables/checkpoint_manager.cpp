@@ -309,11 +309,14 @@ void CheckpointManager::write_checkpoint(int64_t step, const TensorMap& tensors,
   mf::sweep(directory_, index, spare_, index_spare_, who);
 }
 
-std::optional<int64_t> CheckpointManager::restore_or_initialize() {
+std::optional<int64_t> CheckpointManager::restore_or_initialize(RestoreOptions options) {
   mf::require_cross_replica_manager("restore_or_initialize");
   const std::string who = str_cat("CheckpointManager('", directory_, "').restore_or_initialize: ");
   const std::optional<std::string> latest = latest_checkpoint();
-  if (!latest) return std::nullopt;
+  if (!latest) {
+    unrestored_.clear();
+    return std::nullopt;
+  }
 
   Checkpoint ckpt;
   try {
@@ -354,15 +357,19 @@ std::optional<int64_t> CheckpointManager::restore_or_initialize() {
   // Everything is checked before anything changes.
   std::set<std::string> claimed;
   for (const auto& [name, t] : tracked_) t.check(ckpt, claimed);
-  std::vector<std::string> extra;
+  std::vector<std::string> unrestored;
   for (const auto& [name, tensor] : ckpt.tensors())
-    if (!claimed.count(name)) extra.push_back(name);
-  if (!extra.empty()) {
+    if (!claimed.count(name)) unrestored.push_back(name);
+  if (!unrestored.empty() && !options.expect_partial) {
     std::string list;
-    for (std::size_t i = 0; i < extra.size() && i < 20; ++i) list += str_cat(i ? ", " : "", "'", extra[i], "'");
-    if (extra.size() > 20) list += str_cat(", ... (", extra.size(), " in all)");
+    for (std::size_t i = 0; i < unrestored.size() && i < 20; ++i)
+      list += str_cat(i ? ", " : "", "'", unrestored[i], "'");
+    if (unrestored.size() > 20) list += ", ...";
     throw InvalidArgumentError(
-        str_cat(at, "has tensors that nothing tracked here stores: ", list, " (a checkpoint of another model?)"));
+        str_cat(at, "has ", unrestored.size(),
+                " tensor(s) that nothing tracked here stores, which would not be restored: ", list,
+                " (a checkpoint of another model? To restore only what is tracked here, such as the weights without "
+                "optimizer slots or iterator states, pass RestoreOptions{.expect_partial = true})"));
   }
 
   std::vector<detail::CheckpointRestoreStep> steps;
@@ -386,6 +393,7 @@ std::optional<int64_t> CheckpointManager::restore_or_initialize() {
   for (const auto& [key, value] : ckpt.metadata())
     if (key.rfind("mirrored.", 0) != 0) user.emplace(key, value);
   metadata_ = std::move(user);
+  unrestored_ = std::move(unrestored);
   return step;
 }
 
