@@ -27,7 +27,10 @@
 ///
 /// A save holds a `flock` on the directory itself (one save of a directory at a time, across
 /// processes; no lock file to create or remove), so every temporary file it finds belongs to a
-/// crashed save and is removed (as are lock files of earlier versions, `*.lock`).
+/// crashed save and is removed (as are lock files of earlier versions, `*.lock`). Each save reads
+/// the index under that lock, so managers (in one process or several) saving into one directory
+/// one after the other share one list of kept checkpoints: none drops another's checkpoint that is
+/// among the newest `max_to_keep` saved into the directory.
 ///
 /// Names inside a checkpoint file: a variable's tensor is the name it is tracked under;
 /// an optimizer tracked as `opt` stores `opt/<variable name>/<slot>` for every slot of every
@@ -126,6 +129,16 @@ struct CheckpointManagerOptions {
   bool sync_directory = false;
 };
 
+/// Options of `CheckpointManager::restore_or_initialize`.
+struct RestoreOptions {
+  /// TF's `expect_partial()` (`checkpoint.restore(path).expect_partial()`): restoring only part of
+  /// the checkpoint is intended -- the weights without the optimizer's slots and step counter or
+  /// the iterators' states, to evaluate or fine-tune a model. The checkpoint's tensors that
+  /// nothing tracked here asks for are then left alone (`CheckpointManager::unrestored` lists
+  /// them) instead of failing the restore. Every tracked object must still find all its tensors.
+  bool expect_partial = false;
+};
+
 /// Saves and restores tracked state as numbered checkpoints in a directory (see the file comment).
 /// Not copyable or movable (its tracked objects' callbacks refer to it).
 class CheckpointManager {
@@ -163,6 +176,8 @@ class CheckpointManager {
 
   /// Saves everything tracked as checkpoint `step` and returns its path
   /// (`DIR/ckpt-<step>.safetensors`; the same on every worker; saving a step again replaces it).
+  /// Any step from 0 to INT64_MAX (a timestamp in nanoseconds, say) is found again by
+  /// `latest_checkpoint` and the directory scan.
   /// Every worker must call it (see the file comment). Nothing tracked changes.
   /// \throws InvalidArgumentError for a negative step, two tracked objects that store the same
   /// tensor name, or optimizer slots of an untracked variable (naming them); FailedPreconditionError
@@ -179,15 +194,22 @@ class CheckpointManager {
   /// Restores everything tracked from the newest checkpoint and returns its step, or returns
   /// nullopt and changes nothing when there is none (an empty or missing directory: initialise).
   /// The whole file is loaded and checked first -- every tracked tensor present with its dtype and
-  /// shape, no tensor that nothing tracked here stores, each iterator saved by as many workers as
-  /// this run has -- and only then is anything changed.
+  /// shape, no tensor that nothing tracked here stores (unless `options.expect_partial`), each
+  /// iterator saved by as many workers as this run has -- and only then is anything changed.
   /// \throws InvalidArgumentError for a corrupt newest checkpoint (unless
   /// `fall_back_to_valid_checkpoint`), a checkpoint of another model (other dtypes or shapes, extra
-  /// names), another worker count for an iterator, or an iterator state its `restore_state`
-  /// refuses; NotFoundError for a tensor the checkpoint lacks; FailedPreconditionError inside
-  /// `run`. Every message names the file. On any error nothing tracked has changed (except that an
-  /// optimizer may have made its slots, zeros, as its first update would).
-  std::optional<int64_t> restore_or_initialize();
+  /// names: the message lists them and names `expect_partial`), another worker count for an
+  /// iterator, or an iterator state its `restore_state` refuses; NotFoundError for a tensor the
+  /// checkpoint lacks; FailedPreconditionError inside `run`. Every message names the file. On any
+  /// error nothing tracked has changed (except that an optimizer may have made its slots, zeros, as
+  /// its first update would), nor has `unrestored()`.
+  std::optional<int64_t> restore_or_initialize(RestoreOptions options = {});
+
+  /// The names of the tensors of the checkpoint the last successful `restore_or_initialize`
+  /// restored that nothing tracked here asked for, in file (name) order: what
+  /// `RestoreOptions::expect_partial` left alone. Empty before any restore, after one that found no
+  /// checkpoint, and after one that restored every tensor.
+  const std::vector<std::string>& unrestored() const noexcept { return unrestored_; }
 
   const std::string& directory() const noexcept { return directory_; }
   int max_to_keep() const noexcept { return max_to_keep_; }
@@ -214,6 +236,9 @@ class CheckpointManager {
   [[noreturn]] static void throw_untracked_slot(const std::string& optimizer, const std::string& slot_variable,
                                                 const char* op);
 
+  /// The chief's part of `save(step)`: under the directory's lock, writes the data file and the
+  /// index, then drops what the index no longer keeps.
+  void write_checkpoint(int64_t step, const TensorMap& tensors, const std::string& who);
   /// The directory, opened (and created) by the first save of the chief: what a save locks.
   /// Reopened when the directory at `directory_` is no longer the one it refers to.
   int directory_fd(const std::string& who);
@@ -223,10 +248,6 @@ class CheckpointManager {
   int max_to_keep_;
   CheckpointManagerOptions options_;
   int dir_fd_ = -1;
-  // The index this manager wrote last (its kept names, oldest first) and the inode it was renamed
-  // from: while the index file is that inode, the next save need not read it back.
-  std::vector<std::string> index_cache_;
-  unsigned long long index_inode_ = 0;
   // The spares (names in directory_) the next save writes its data file and its index into, or
   // empty.
   std::string spare_;
@@ -234,6 +255,7 @@ class CheckpointManager {
   std::map<std::string, detail::CheckpointTrackable> tracked_;  // saved and restored in name order
   std::map<std::string, TrackedVariable> variables_;
   Metadata metadata_;
+  std::vector<std::string> unrestored_;
 };
 
 // ---------------------------------------------------------------------------------------------

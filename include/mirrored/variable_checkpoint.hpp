@@ -52,7 +52,8 @@ using VariableMap = std::map<std::string, VariableRef>;
 /// the errors of `save_tensors`.
 void save(const std::string& path, const VariableMap& variables, const Metadata& metadata = {});
 
-/// Restores every variable from `path`: the whole file is loaded and checked (checksum, every
+/// Restores every variable from `path` (tensors of the file that `variables` does not name are
+/// left alone, without a message): the whole file is loaded and checked (checksum, every
 /// name present, dtypes and shapes equal), and every variable is checked to be writable here (its
 /// strategy alive and the current one) and its new copies made, before any variable changes, so a
 /// failed restore changes nothing. Inside a strategy's scope (or for its variables anywhere in cross-replica

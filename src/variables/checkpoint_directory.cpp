@@ -3,14 +3,20 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <utility>
 
 #include "mirrored/detail/format.hpp"
 #include "mirrored/errors.hpp"
+#include "util/atomic_file.hpp"
 #include "util/files.hpp"
 #include "util/log.hpp"
 
@@ -20,18 +26,22 @@ using detail::str_cat;
 
 std::string data_name(int64_t step) { return str_cat(kDataPrefix, step, kDataSuffix); }
 
-/// The step of a data file's name `ckpt-<digits>.safetensors`, or nullopt for any other name.
+/// The step of a data file's name `ckpt-<digits>.safetensors` (0 to INT64_MAX), or nullopt.
 std::optional<int64_t> step_of(std::string_view name) {
   if (name.size() <= kDataPrefix.size() + kDataSuffix.size() || name.substr(0, kDataPrefix.size()) != kDataPrefix ||
       name.substr(name.size() - kDataSuffix.size()) != kDataSuffix)
     return std::nullopt;
   const std::string_view digits =
       name.substr(kDataPrefix.size(), name.size() - kDataPrefix.size() - kDataSuffix.size());
-  if (digits.size() > 18) return std::nullopt;  // fits int64
+  // Every step save accepts, up to INT64_MAX (19 digits: a timestamp in nanoseconds is one), and
+  // nothing beyond it: a name that would overflow is no checkpoint's.
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   int64_t step = 0;
   for (char c : digits) {
     if (c < '0' || c > '9') return std::nullopt;
-    step = step * 10 + (c - '0');
+    const int digit = c - '0';
+    if (step > (kMax - digit) / 10) return std::nullopt;
+    step = step * 10 + digit;
   }
   return step;
 }
@@ -147,6 +157,83 @@ void write_all_fd(int fd, const std::string& text, const std::string& who, const
     }
     done += static_cast<std::size_t>(n);
   }
+}
+
+DirectoryLock::DirectoryLock(int dir_fd, const std::string& dir, const std::string& who) : fd_(dir_fd) {
+  // Not waiting: a second save of the directory while one runs is a mistake to report (two jobs
+  // on one directory), not a queue.
+  while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    if (errno == EWOULDBLOCK)
+      throw FailedPreconditionError(str_cat(who, "another save to this directory is in progress"));
+    detail::throw_file_error(who, "locking directory", dir, errno);
+  }
+}
+
+DirectoryLock::~DirectoryLock() { ::flock(fd_, LOCK_UN); }
+
+Index kept_checkpoints(const std::string& dir, const std::string& who) {
+  if (auto index = read_index(dir, who)) return std::move(*index);
+  Index index;
+  const auto files = scan(dir);
+  for (auto it = files.rbegin(); it != files.rend(); ++it) index.kept.push_back(it->second);
+  return index;
+}
+
+void keep_newest(Index& index, const std::string& name, int max_to_keep) {
+  // Saving a step again makes it the newest: the order of saves, as TF's manager keeps it.
+  index.kept.erase(std::remove(index.kept.begin(), index.kept.end(), name), index.kept.end());
+  index.kept.push_back(name);
+  if (index.kept.size() > static_cast<std::size_t>(max_to_keep))
+    index.kept.erase(index.kept.begin(), index.kept.end() - max_to_keep);
+}
+
+void write_index(const std::string& dir, const Index& index, std::string& index_spare, const std::string& who) {
+  const std::string path = str_cat(dir, "/", kIndexName);
+  // Written into the previous index's file when this manager kept it, and exchanged with the
+  // index there now, which becomes the spare of the next save's index. Taken now: whatever
+  // happens below, the old name is of no further use.
+  const std::string spare = std::exchange(index_spare, std::string());
+  detail::AtomicFileWriter file =
+      spare.empty() ? detail::AtomicFileWriter(path, who, detail::AtomicFileWriter::Locking::held_by_caller)
+                    : detail::AtomicFileWriter(path, who, str_cat(dir, "/", spare));
+  write_all_fd(file.fd(), format_index(index), who, file.temp_path());
+  const std::string old_index = file.commit(/*sync_file=*/false, /*sync_directory=*/false, /*keep_old=*/true);
+  if (!spare.empty() && old_index == str_cat(dir, "/", spare)) {
+    index_spare = spare;  // the spare's name now holds the index just replaced
+  } else if (!old_index.empty()) {
+    // The first exchange: the replaced index is under a temporary name; give it a spare's.
+    std::string name = str_cat(kSparePrefix, detail::AtomicFileWriter::random_suffix());
+    if (::renameat2(AT_FDCWD, old_index.c_str(), AT_FDCWD, str_cat(dir, "/", name).c_str(), RENAME_NOREPLACE) == 0)
+      index_spare = std::move(name);
+    else
+      ::unlink(old_index.c_str());
+  }
+}
+
+void sweep(const std::string& dir, const Index& index, std::string& data_spare, const std::string& index_spare,
+           const std::string& who) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;  // nothing removed: the next save tries again
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view file = e->d_name;
+    if (file == data_spare || file == index_spare) continue;  // this manager's spares
+    if (is_stray(file)) {
+      ::unlinkat(::dirfd(d), e->d_name, 0);
+      continue;
+    }
+    if (!step_of(file) || std::find(index.kept.begin(), index.kept.end(), file) != index.kept.end()) continue;
+    if (data_spare.empty()) {
+      std::string candidate = str_cat(kSparePrefix, detail::AtomicFileWriter::random_suffix());
+      if (::renameat2(::dirfd(d), e->d_name, ::dirfd(d), candidate.c_str(), RENAME_NOREPLACE) == 0) {
+        data_spare = std::move(candidate);
+        continue;
+      }
+    }
+    if (::unlinkat(::dirfd(d), e->d_name, 0) != 0 && errno != ENOENT)
+      MIRRORED_LOG(warn, who, "could not delete the old checkpoint '", dir, "/", file, "': ", std::strerror(errno));
+  }
+  ::closedir(d);
 }
 
 }  // namespace mirrored::checkpoint::manager_files

@@ -3,19 +3,15 @@
 
 #include "mirrored/checkpoint_manager.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -78,6 +74,18 @@ std::vector<std::string> gather_bytes_per_worker(Strategy& s, const std::string&
   return out;
 }
 
+/// Every worker learns whether the chief's write succeeded (a collective of every worker): rethrows
+/// this worker's `failure`, or throws UnavailableError on a worker whose own part succeeded when the
+/// chief's failed.
+void agree_on_outcome(Strategy& s, const std::exception_ptr& failure, const std::string& who, const std::string& path) {
+  if (s.extended().num_workers() > 1) {
+    const std::vector<int64_t> ok = gather_per_worker(s, failure ? 0 : 1);
+    if (!failure && ok.front() == 0)
+      throw UnavailableError(str_cat(who, "the chief (worker 0) failed to write '", path, "' (see its log)"));
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
 detail::UntypedTensor bytes_tensor(const std::string& bytes) {
   Tensor<uint8_t> t = Tensor<uint8_t>::empty({static_cast<int64_t>(bytes.size())});
   if (!bytes.empty()) std::memcpy(t.data(), bytes.data(), bytes.size());
@@ -114,7 +122,6 @@ int CheckpointManager::directory_fd(const std::string& who) {
       return dir_fd_;
     ::close(dir_fd_);  // removed or replaced since: lock and write the one there now
     dir_fd_ = -1;
-    index_cache_.clear();
   }
   std::error_code ec;
   std::filesystem::create_directories(directory_, ec);
@@ -255,8 +262,7 @@ std::string CheckpointManager::save(int64_t step) {
   mf::require_cross_replica_manager("save");
   MIRRORED_ENFORCE(step >= 0, InvalidArgumentError, "CheckpointManager('", directory_,
                    "').save: step must be >= 0, got ", step);
-  const std::string name = mf::data_name(step);
-  const std::string path = directory_ + "/" + name;
+  const std::string path = directory_ + "/" + mf::data_name(step);
   const std::string who = str_cat("CheckpointManager('", directory_, "').save: ");
 
   // Every worker gathers what it must (collectives), in name order.
@@ -266,123 +272,51 @@ std::string CheckpointManager::save(int64_t step) {
   std::exception_ptr failure;
   if (strategy_.extended().should_checkpoint()) {
     try {
-      // One save of the directory at a time: a lock on the directory itself, so every temporary
-      // file present now is a crashed save's, and the files this save writes need no lock of
-      // their own.
-      const int dir_fd = directory_fd(who);
-      struct DirectoryLock {
-        int fd;
-        ~DirectoryLock() { ::flock(fd, LOCK_UN); }
-      };
-      while (::flock(dir_fd, LOCK_EX | LOCK_NB) != 0) {
-        if (errno == EINTR) continue;
-        if (errno == EWOULDBLOCK)
-          throw FailedPreconditionError(str_cat(who, "another save to this directory is in progress"));
-        detail::throw_file_error(who, "locking directory", directory_, errno);
-      }
-      const DirectoryLock locked{dir_fd};
-      const std::string index_path = directory_ + "/" + std::string(mf::kIndexName);
-      mf::Index index;
-      struct stat index_stat {};
-      if (!index_cache_.empty() && ::stat(index_path.c_str(), &index_stat) == 0 &&
-          static_cast<unsigned long long>(index_stat.st_ino) == index_inode_) {
-        index.kept = index_cache_;  // the index this manager wrote last is still the one there
-      } else if (auto previous = mf::read_index(directory_, who)) {
-        index = std::move(*previous);
-      } else {
-        const auto files = mf::scan(directory_);
-        for (auto it = files.rbegin(); it != files.rend(); ++it) index.kept.push_back(it->second);
-      }
-      index_cache_.clear();
-      // The data file is fsynced before its rename, so no machine crash leaves a partial file
-      // under a checkpoint's name; the index is not (a hint: a truncated or lost one makes
-      // latest_checkpoint scan the directory).
-      // Into the spare when there is one (the file of a checkpoint an earlier save dropped): taken
-      // now, whether or not it can be used (if not, it is gone, or removed with the strays below).
-      const std::string spare = std::exchange(spare_, std::string());
-      internal::save_tensors_with(path, tensors, metadata_, {{mf::kStepKey, std::to_string(step)}},
-                                  /*sync_directory=*/false, /*caller_holds_lock=*/true,
-                                  spare.empty() ? spare : directory_ + "/" + spare);
-      index.kept.erase(std::remove(index.kept.begin(), index.kept.end(), name), index.kept.end());
-      index.kept.push_back(name);
-      if (index.kept.size() > static_cast<std::size_t>(max_to_keep_))
-        index.kept.erase(index.kept.begin(), index.kept.end() - max_to_keep_);
-      {
-        // Written into the previous index's file when this manager kept it, and exchanged with
-        // the index there now, which becomes the spare of the next save's index.
-        const std::string spare = std::exchange(index_spare_, std::string());
-        detail::AtomicFileWriter index_file =
-            spare.empty() ? detail::AtomicFileWriter(index_path, who, detail::AtomicFileWriter::Locking::held_by_caller)
-                          : detail::AtomicFileWriter(index_path, who, directory_ + "/" + spare);
-        mf::write_all_fd(index_file.fd(), mf::format_index(index), who, index_file.temp_path());
-        struct stat written {};
-        const bool known = ::fstat(index_file.fd(), &written) == 0;
-        const std::string old_index = index_file.commit(/*sync_file=*/false, /*sync_directory=*/false,
-                                                        /*keep_old=*/true);
-        if (!spare.empty() && old_index == directory_ + "/" + spare) {
-          index_spare_ = spare;  // the spare's name now holds the index just replaced
-        } else if (!old_index.empty()) {
-          // The first exchange: the replaced index is under a temporary name; give it a spare's.
-          std::string name = str_cat(mf::kSparePrefix, detail::AtomicFileWriter::random_suffix());
-          if (::renameat2(AT_FDCWD, old_index.c_str(), AT_FDCWD, (directory_ + "/" + name).c_str(),
-                          RENAME_NOREPLACE) == 0)
-            index_spare_ = std::move(name);
-          else
-            ::unlink(old_index.c_str());
-        }
-        if (known) {
-          index_cache_ = index.kept;
-          index_inode_ = static_cast<unsigned long long>(written.st_ino);
-        }
-      }
-      // One directory fsync for both renames: the checkpoint survives a machine crash from here on.
-      if (options_.sync_directory) detail::AtomicFileWriter::sync_directory(who, directory_);
-      // One pass over the directory: what crashed saves left (temporary files; none is this
-      // save's, whose files are renamed by now), and the data files the index no longer keeps
-      // (older ones, and any a crash left unindexed). The first of those becomes the spare that
-      // the next save writes into: renamed, not deleted (never over an existing name).
-      if (DIR* d = ::opendir(directory_.c_str())) {
-        while (const dirent* e = ::readdir(d)) {
-          const std::string_view file = e->d_name;
-          if (file == spare_ || file == index_spare_) continue;  // this manager's spares
-          if (mf::is_stray(file)) {
-            ::unlinkat(::dirfd(d), e->d_name, 0);
-            continue;
-          }
-          if (!mf::step_of(file) || std::find(index.kept.begin(), index.kept.end(), file) != index.kept.end())
-            continue;
-          if (spare_.empty()) {
-            std::string candidate = str_cat(mf::kSparePrefix, detail::AtomicFileWriter::random_suffix());
-            if (::renameat2(::dirfd(d), e->d_name, ::dirfd(d), candidate.c_str(), RENAME_NOREPLACE) == 0) {
-              spare_ = std::move(candidate);
-              continue;
-            }
-          }
-          if (::unlinkat(::dirfd(d), e->d_name, 0) != 0 && errno != ENOENT)
-            MIRRORED_LOG(warn, who, "could not delete the old checkpoint '", directory_, "/", file,
-                         "': ", std::strerror(errno));
-        }
-        ::closedir(d);
-      }
+      write_checkpoint(step, tensors, who);
     } catch (...) {
       failure = std::current_exception();
     }
   }
-  if (strategy_.extended().num_workers() > 1) {
-    // Every worker learns whether the chief's write succeeded.
-    const std::vector<int64_t> ok = mf::gather_per_worker(strategy_, failure ? 0 : 1);
-    if (!failure && ok.front() == 0)
-      throw UnavailableError(str_cat(who, "the chief (worker 0) failed to write '", path, "' (see its log)"));
-  }
-  if (failure) std::rethrow_exception(failure);
+  mf::agree_on_outcome(strategy_, failure, who, path);
   return path;
 }
 
-std::optional<int64_t> CheckpointManager::restore_or_initialize() {
+void CheckpointManager::write_checkpoint(int64_t step, const TensorMap& tensors, const std::string& who) {
+  const std::string name = mf::data_name(step);
+  // One save of the directory at a time: a lock on the directory itself, so every temporary file
+  // present now is a crashed save's, and the files this save writes need no lock of their own.
+  const mf::DirectoryLock locked(directory_fd(who), directory_, who);
+  // Read under the lock at every save, never taken from what this manager wrote last: another
+  // manager or process may have saved since (the index then lists its checkpoints too), and no
+  // check of the file's identity tells: the spare exchange brings this manager's own inode back as
+  // the other's index, and a freed inode number is reused.
+  mf::Index index = mf::kept_checkpoints(directory_, who);
+  // The data file is fsynced before its rename, so no machine crash leaves a partial file under a
+  // checkpoint's name; the index is not (a hint: a truncated or lost one makes latest_checkpoint
+  // scan the directory). Into the spare when there is one (the file of a checkpoint an earlier
+  // save dropped): taken now, whether or not it can be used (if not, it is gone, or removed with
+  // the strays by the sweep).
+  const std::string spare = std::exchange(spare_, std::string());
+  internal::save_tensors_with(directory_ + "/" + name, tensors, metadata_, {{mf::kStepKey, std::to_string(step)}},
+                              /*sync_directory=*/false, /*caller_holds_lock=*/true,
+                              spare.empty() ? spare : directory_ + "/" + spare);
+  mf::keep_newest(index, name, max_to_keep_);
+  mf::write_index(directory_, index, index_spare_, who);
+  // One directory fsync for both renames: the checkpoint survives a machine crash from here on.
+  if (options_.sync_directory) detail::AtomicFileWriter::sync_directory(who, directory_);
+  // What crashed saves left (none is this save's, whose files are renamed by now), and the data
+  // files the index no longer keeps; one of those becomes the next save's spare.
+  mf::sweep(directory_, index, spare_, index_spare_, who);
+}
+
+std::optional<int64_t> CheckpointManager::restore_or_initialize(RestoreOptions options) {
   mf::require_cross_replica_manager("restore_or_initialize");
   const std::string who = str_cat("CheckpointManager('", directory_, "').restore_or_initialize: ");
   const std::optional<std::string> latest = latest_checkpoint();
-  if (!latest) return std::nullopt;
+  if (!latest) {
+    unrestored_.clear();
+    return std::nullopt;
+  }
 
   Checkpoint ckpt;
   try {
@@ -423,15 +357,19 @@ std::optional<int64_t> CheckpointManager::restore_or_initialize() {
   // Everything is checked before anything changes.
   std::set<std::string> claimed;
   for (const auto& [name, t] : tracked_) t.check(ckpt, claimed);
-  std::vector<std::string> extra;
+  std::vector<std::string> unrestored;
   for (const auto& [name, tensor] : ckpt.tensors())
-    if (!claimed.count(name)) extra.push_back(name);
-  if (!extra.empty()) {
+    if (!claimed.count(name)) unrestored.push_back(name);
+  if (!unrestored.empty() && !options.expect_partial) {
     std::string list;
-    for (std::size_t i = 0; i < extra.size() && i < 20; ++i) list += str_cat(i ? ", " : "", "'", extra[i], "'");
-    if (extra.size() > 20) list += str_cat(", ... (", extra.size(), " in all)");
+    for (std::size_t i = 0; i < unrestored.size() && i < 20; ++i)
+      list += str_cat(i ? ", " : "", "'", unrestored[i], "'");
+    if (unrestored.size() > 20) list += ", ...";
     throw InvalidArgumentError(
-        str_cat(at, "has tensors that nothing tracked here stores: ", list, " (a checkpoint of another model?)"));
+        str_cat(at, "has ", unrestored.size(),
+                " tensor(s) that nothing tracked here stores, which would not be restored: ", list,
+                " (a checkpoint of another model? To restore only what is tracked here, such as the weights without "
+                "optimizer slots or iterator states, pass RestoreOptions{.expect_partial = true})"));
   }
 
   std::vector<detail::CheckpointRestoreStep> steps;
@@ -455,6 +393,7 @@ std::optional<int64_t> CheckpointManager::restore_or_initialize() {
   for (const auto& [key, value] : ckpt.metadata())
     if (key.rfind("mirrored.", 0) != 0) user.emplace(key, value);
   metadata_ = std::move(user);
+  unrestored_ = std::move(unrestored);
   return step;
 }
 

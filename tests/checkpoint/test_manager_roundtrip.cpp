@@ -3,10 +3,12 @@
 // replicas. A model restored into a fresh one (whose optimizer has no slots yet) or into one that
 // has trained already is bitwise the saved one -- every copy of the weights, the slots and the
 // step counter -- and stays bitwise equal to the original through further identical steps.
-// Also: max_to_keep and the index, the metadata, iterator states, and the file names.
+// Also: max_to_keep and the index, the metadata, iterator states, the file names, and a restore
+// of the weights alone (expect_partial).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -17,6 +19,7 @@ namespace mirrored {
 namespace manager_roundtrip_test {
 
 using namespace manager_testing;  // NOLINT: the manager test helpers
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -194,6 +197,65 @@ TEST_F(ManagerTest, AMissingOrEmptyDirectoryInitialises) {
   EXPECT_EQ(m.restore_or_initialize(), std::nullopt);
   EXPECT_EQ(w.value().to_vector(), (std::vector<float>{1.0f, 2.0f}));
   EXPECT_TRUE(listing(dir_).empty());
+}
+
+/// A checkpoint of weights, Adam's slots and step counter, and an iterator, saved at step 2 by a
+/// model trained for two steps, which the caller keeps (to compare with).
+std::unique_ptr<Model> save_full_checkpoint(const std::string& dir) {
+  auto model = std::make_unique<Model>(2, Opt::adam, false);
+  FakeIterator it{.position = 7, .replicas = 2};
+  checkpoint::CheckpointManager m(model->strategy, dir);
+  model->track(m);
+  track_fake(m, "train_iterator", it);
+  model->train(0, 2);
+  m.save(2);
+  return model;
+}
+
+/// Every name in the checkpoint of `save_full_checkpoint` but the weights, in file order.
+const std::vector<std::string> kNotWeights{
+    "optimizer/conv/kernel/m",  "optimizer/conv/kernel/v",    "optimizer/dense/bias/m", "optimizer/dense/bias/v",
+    "optimizer/dense/kernel/m", "optimizer/dense/kernel/v",   "optimizer/iterations",   "optimizer/scale/m",
+    "optimizer/scale/v",        "train_iterator/num_workers", "train_iterator/worker_0"};
+
+TEST_F(ManagerTest, ExpectPartialRestoresTheWeightsAloneAndListsWhatItLeft) {
+  const auto saved = save_full_checkpoint(dir_);
+  // Evaluation: the weights only, no optimizer, no iterator.
+  Model eval(2, Opt::adam, false, 5);
+  checkpoint::CheckpointManager m(eval.strategy, dir_);
+  for (std::size_t k = 0; k < eval.vars.size(); ++k) m.track(kNames[k], eval.vars[k]);
+  EXPECT_TRUE(m.unrestored().empty());
+  EXPECT_EQ(m.restore_or_initialize({.expect_partial = true}), 2);
+  for (std::size_t k = 0; k < eval.vars.size(); ++k) EXPECT_EQ(all_copies(eval.vars[k]), all_copies(saved->vars[k]));
+  EXPECT_EQ(m.unrestored(), kNotWeights);
+  EXPECT_EQ(eval.opt->iterations(), 0);  // untracked, untouched
+}
+
+TEST_F(ManagerTest, WithoutExpectPartialWhatWouldNotBeRestoredIsAnErrorListingIt) {
+  save_full_checkpoint(dir_);
+  Model eval(2, Opt::adam, false, 5);
+  checkpoint::CheckpointManager m(eval.strategy, dir_);
+  for (std::size_t k = 0; k < eval.vars.size(); ++k) m.track(kNames[k], eval.vars[k]);
+  std::vector<std::vector<uint32_t>> before;
+  for (const auto& v : eval.vars) before.push_back(all_copies(v));
+  std::string list;
+  for (const auto& name : kNotWeights) list += (list.empty() ? "'" : ", '") + name + "'";
+  EXPECT_THAT(
+      error_of<InvalidArgumentError>([&] { m.restore_or_initialize(); }),
+      AllOf(HasSubstr(file("ckpt-2.safetensors")),
+            HasSubstr("has 11 tensor(s) that nothing tracked here stores, which would not be restored: " + list + " ("),
+            HasSubstr("RestoreOptions{.expect_partial = true}")));
+  for (std::size_t k = 0; k < eval.vars.size(); ++k) EXPECT_EQ(all_copies(eval.vars[k]), before[k]);
+  EXPECT_TRUE(m.unrestored().empty());
+  // A full restore afterwards leaves nothing unrestored.
+  Model full(2, Opt::adam, false, 5);
+  FakeIterator it{.replicas = 2};
+  checkpoint::CheckpointManager all(full.strategy, dir_);
+  full.track(all);
+  track_fake(all, "train_iterator", it);
+  EXPECT_EQ(all.restore_or_initialize({.expect_partial = true}), 2);
+  EXPECT_TRUE(all.unrestored().empty());
+  EXPECT_EQ(it.position, 7);
 }
 
 }  // namespace manager_roundtrip_test
