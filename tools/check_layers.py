@@ -15,7 +15,12 @@ from src/; one included relative to the including file, or through "..", is repo
      (one that NAME may not include, directly or through the layers it depends on);
   3. the folders of src/, linked by the includes between their files, form no cycle (a folder and
      its subfolder count as two folders, so an interface folder never includes its backends'
-     headers when they include it).
+     headers when they include it);
+  4. a file of another layer includes no header of a backend: a subfolder of a layer in
+     BACKEND_LAYERS (every subfolder of src/device/, present or future, is a backend; the headers
+     directly in src/device/ are the interface the layers above use), unless the pair (the
+     including file's folder or one above it, the backend's folder) is in ALLOWED_BACKEND_INCLUDES:
+     code that is that backend's by nature, such as NCCL's on CUDA's streams.
 Exit status 0 when the tree follows every rule, 1 with the violations on stderr, 2 on bad usage.
 """
 import argparse
@@ -27,6 +32,18 @@ import tempfile
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 SOURCES = (".cpp", ".hpp", ".h", ".cu", ".cuh")
+
+# Layers whose subfolders are backends behind the interface in the layer's own folder (rule 4).
+BACKEND_LAYERS = ("device",)
+
+# (including folder, backend folder) -> why that code may include the backend's headers (rule 4).
+# The including folder covers its subfolders too. Each pair is backend-specific by nature; anything
+# else asks the device interface (src/device/*.hpp).
+ALLOWED_BACKEND_INCLUDES = {
+    ("collectives/nccl", "device/cuda"): "NCCL is CUDA's: the all-reduce runs on the CUDA backend's streams",
+    ("cluster/transport/nccl", "device/cuda"): "NCCL is CUDA's: the transport runs on the CUDA backend's streams",
+    ("runtime/cuda", "device/cuda"): "<mirrored/cuda.hpp> hands out the CUDA backend's streams and allocator",
+}
 
 
 def read_layers(path):
@@ -70,6 +87,12 @@ def source_files(src):
                 yield os.path.join(root, name)
 
 
+def backend_include_allowed(folder, backend):
+    """Whether a file in `folder` may include headers of `backend` (ALLOWED_BACKEND_INCLUDES)."""
+    return any(backend == to and (folder == at or folder.startswith(at + "/"))
+               for at, to in ALLOWED_BACKEND_INCLUDES)
+
+
 def check(src, layers_path):
     order, depends, owns = read_layers(layers_path)
     below = {name: reachable(depends, name) for name in order}
@@ -109,6 +132,13 @@ def check(src, layers_path):
                 allowed = ", ".join(sorted(depends[layer])) or "no other layer"
                 problems.append(f"{where}: includes \"{target}\": layer {layer} may include {allowed}, "
                                 f"not {first}")
+            parts = target.split("/")
+            if first != layer and first in BACKEND_LAYERS and len(parts) > 2:
+                backend = "/".join(parts[:2])
+                if not backend_include_allowed(folder, backend):
+                    problems.append(f"{where}: includes \"{target}\", a header of backend {backend}/: use the "
+                                    f"{first} interface (the headers directly in src/{first}/); ({folder}, "
+                                    f"{backend}) is not in check_layers.py's ALLOWED_BACKEND_INCLUDES")
             if os.path.exists(os.path.join(src, target)):
                 to = os.path.dirname(target)
                 if to != folder:
@@ -154,6 +184,13 @@ def self_test(src, layers_path):
           "device/gpu/gpu_backend.hpp": '#include "device/host/host_allocator.hpp"'},
          "folders include each other: device/gpu/ -> device/host/ -> device/gpu/"),
         ({"device/host/host_backend.cpp": '#include "../gpu/gpu_backend.hpp"'}, "relative to its own folder"),
+        ({"collectives/collective_plan.cpp": '#include "device/gpu/logical_gpus.hpp"'},
+         'includes "device/gpu/logical_gpus.hpp", a header of backend device/gpu/'),
+        # The allow-list names pairs: NCCL code may include the CUDA backend, not another one.
+        ({"collectives/nccl/nccl_comms.hpp": '#include "device/simulated/sim_backend.hpp"'},
+         "a header of backend device/simulated/"),
+        # Any subfolder of device/ is a backend, one that does not exist yet included.
+        ({"runtime/strategy.cpp": '#include "device/tpu/tpu_backend.hpp"'}, "a header of backend device/tpu/"),
     ]
     for edits, expect in plants:
         with tempfile.TemporaryDirectory() as tmp:

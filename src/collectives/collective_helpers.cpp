@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "collectives/stream_copy.hpp"
-#include "device/gpu/logical_gpus.hpp"
+#include "device/placement.hpp"
 #include "mirrored/detail/balanced_split.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"

@@ -8,7 +8,7 @@
 #include "collectives/flight_recorder.hpp"
 #include "collectives/nest_structure.hpp"
 #include "collectives/packing.hpp"
-#include "device/gpu/logical_gpus.hpp"
+#include "device/placement.hpp"
 #include "util/exceptions.hpp"
 #include "util/timeline.hpp"
 

@@ -3,14 +3,14 @@
 
 #include "collectives/collective_helpers.hpp"
 #include "collectives/ops_selection.hpp"
-#include "device/gpu/gpu_runtime.hpp"
-#include "device/gpu/logical_gpus.hpp"
+#include "device/gpu_platform.hpp"
+#include "device/placement.hpp"
 #include "mirrored/errors.hpp"
 
 namespace mirrored {
 namespace detail {
 
-bool nccl_can_run() noexcept { return nccl_compiled_in() && gpu_runtime().drives_physical_gpus(); }
+bool nccl_can_run() noexcept { return nccl_compiled_in() && gpus_are_physical(); }
 
 std::shared_ptr<CrossDeviceOps> select_cross_device_ops(const std::vector<Device>& devices) {
   std::vector<ReplicaPlacement> placements;
@@ -19,7 +19,7 @@ std::shared_ptr<CrossDeviceOps> select_cross_device_ops(const std::vector<Device
   for (const Device& d : devices) {
     any_gpu = any_gpu || !d.is_host();
     placements.push_back(d.is_host() ? ReplicaPlacement{DeviceType::CPU, -1}
-                                     : ReplicaPlacement{DeviceType::GPU, logical_gpu_location(d.index()).first});
+                                     : ReplicaPlacement{DeviceType::GPU, physical_gpu_of(d)});
   }
   // NCCL only where it can serve the GPUs (not on simulated ones); host-only strategies never ask
   // the GPU runtime.

@@ -5,6 +5,7 @@
 #include "device/gpu/gpu_runtime.hpp"
 #include "device/gpu/logical_gpus.hpp"
 #include "device/host/host_backend.hpp"
+#include "device/placement.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"
 #include "util/log.hpp"

@@ -10,12 +10,12 @@
 #include "collectives/collective_helpers.hpp"
 #include "collectives/deferred_completion.hpp"
 #include "collectives/flight_recorder.hpp"
-#include "device/gpu/gpu_backend.hpp"
-#include "device/gpu/gpu_runtime.hpp"
+#include "device/gpu_platform.hpp"
 #include "mirrored/replica_context.hpp"
 #include "runtime/default_strategy.hpp"
 #include "runtime/strategy_runtime.hpp"
 #include "runtime/thread_state.hpp"
+#include "util/calling_replica.hpp"
 #include "util/exceptions.hpp"
 #include "util/log.hpp"
 
@@ -99,7 +99,7 @@ void AsyncRunner::run(AsyncCollective& job) noexcept {
     const Deadline backstop = job.deadline.extended(kCollectiveGraceSeconds);
     if (job.backend) {
       const Device& device = job.backend->device();
-      gpu_runtime().enter_device(device);
+      enter_gpu(device);
       DeviceBackend::StreamScope scope(*job.backend, StreamKind::communication);
       // The communication stream starts after the work that produced the inputs: an ordering on
       // the device, not a host wait (wait() makes none before the value is read). Other replicas'

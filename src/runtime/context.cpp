@@ -1,8 +1,8 @@
 // Thread-local context: which strategy and which replica context the calling thread is in.
-#include "device/gpu/gpu_backend.hpp"
 #include "mirrored/replica_context.hpp"
 #include "runtime/default_strategy.hpp"
 #include "runtime/thread_state.hpp"
+#include "util/calling_replica.hpp"
 
 namespace mirrored {
 namespace detail {

@@ -8,7 +8,7 @@
 #include "collectives/nest_structure.hpp"
 #include "collectives/ops_selection.hpp"
 #include "collectives/worker_stage.hpp"
-#include "device/gpu/gpu_runtime.hpp"
+#include "device/gpu_platform.hpp"
 #include "mirrored/replica_context.hpp"
 #include "runtime/default_strategy.hpp"
 #include "runtime/strategy_runtime.hpp"
@@ -220,7 +220,7 @@ void Strategy::execute(Body body, void* ctx) {
       trace.arg("step", call->step);
       trace.arg("replica", r);
       // A GPU replica's device is current on its thread, for users' own kernels.
-      if (const Device& d = self->devices_[r]; !d.is_host()) detail::gpu_runtime().enter_device(d);
+      if (const Device& d = self->devices_[r]; !d.is_host()) detail::enter_gpu(d);
       call->body(call->ctx, r);
     } catch (...) {
       self->record_failure(r, std::current_exception());

@@ -6,7 +6,7 @@
 #include "collectives/collective_group.hpp"
 #include "collectives/collective_helpers.hpp"
 #include "collectives/packing.hpp"
-#include "device/gpu/logical_gpus.hpp"
+#include "device/placement.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/errors.hpp"
 #include "util/exceptions.hpp"

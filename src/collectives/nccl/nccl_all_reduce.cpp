@@ -22,8 +22,7 @@
 #include "collectives/ops_selection.hpp"
 #include "collectives/packing.hpp"
 #include "device/cuda/cuda_backend.hpp"
-#include "device/gpu/gpu_runtime.hpp"
-#include "device/gpu/logical_gpus.hpp"
+#include "device/placement.hpp"
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/errors.hpp"
 
@@ -91,7 +90,7 @@ std::vector<int> physical_of(const std::vector<int>& logical, const char* what) 
   std::vector<int> physical;
   std::set<int> seen;
   for (std::size_t r = 0; r < logical.size(); ++r) {
-    const int p = detail::logical_gpu_location(logical[r]).first;
+    const int p = detail::physical_gpu_of(Device(DeviceType::GPU, logical[r]));
     if (!seen.insert(p).second) {
       std::size_t other = 0;
       while (physical[other] != p) ++other;
@@ -309,7 +308,7 @@ bool NcclAllReduce::batch_all_reduce(ReduceOp op, const std::vector<std::vector<
   std::set<int> seen;
   for (const Device& d : devices) {
     if (d.is_host()) return false;
-    const int p = detail::logical_gpu_location(d.index()).first;
+    const int p = detail::physical_gpu_of(d);
     if (!seen.insert(p).second) return false;
     logical.push_back(d.index());
     physical.push_back(p);

@@ -15,7 +15,7 @@
 
 #include "collectives/nccl/nccl_comms.hpp"
 #include "collectives/ops_selection.hpp"
-#include "device/gpu/gpu_runtime.hpp"
+#include "device/gpu_platform.hpp"
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/errors.hpp"
 
@@ -60,9 +60,8 @@ struct NcclAllReduce::Impl {
   std::shared_ptr<detail::nccl::Comms> acquire(const std::vector<int>& logical, const std::vector<int>& physical,
                                                double timeout_s, bool run_aborted, const char* what) {
     // Simulated GPUs (MIRRORED_SIMULATED_GPUS) are not CUDA devices: NCCL cannot serve them.
-    auto& runtime = detail::gpu_runtime();
     MIRRORED_ENFORCE(detail::nccl_can_run(), FailedPreconditionError, "NcclAllReduce::", what, ": NCCL cannot run on ",
-                     runtime.name(), " GPUs (", runtime.unavailable_reason(),
+                     detail::gpu_platform_name(), " GPUs (", detail::gpu_unavailable_reason(),
                      "); use ReductionToOneDevice, the default for them");
     std::lock_guard lock(mu);
     if (current && !current->aborted && current->logical == logical) return current;

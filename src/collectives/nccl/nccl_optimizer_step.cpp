@@ -23,7 +23,7 @@
 #include "collectives/nccl/nccl_ops.hpp"
 #include "collectives/optimizer_layout.hpp"
 #include "device/cuda/cuda_backend.hpp"
-#include "device/gpu/logical_gpus.hpp"
+#include "device/placement.hpp"
 #include "mirrored/detail/optimizer_step.hpp"
 
 namespace mirrored {
@@ -68,7 +68,7 @@ bool NcclAllReduce::all_reduce_and_update(CollectiveStep& step) {
   for (int r = 0; r < n; ++r) {
     const int gpu = only_gpu_of(*step.update(r));
     if (gpu < 0) return false;
-    const int p = detail::logical_gpu_location(gpu).first;
+    const int p = detail::physical_gpu_of(Device(DeviceType::GPU, gpu));
     if (!seen.insert(p).second) return false;
     home[static_cast<std::size_t>(r)] = gpu;
     physical.push_back(p);

@@ -25,8 +25,9 @@
 #include <cstring>
 #include <vector>
 
-#include "device/gpu/gpu_backend.hpp"
-#include "device/gpu/logical_gpus.hpp"
+#include "device/gpu_platform.hpp"
+#include "device/on_chip_gpu.hpp"
+#include "device/placement.hpp"
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/detail/device_backend.hpp"
 
@@ -34,11 +35,12 @@ namespace mirrored::detail {
 namespace {
 
 // Replica 0's part after the first sync: enqueue the reduction on its stream.
-void reduce_on_first(ReduceOp op, CollectiveStep& step, const std::vector<GpuBackend*>& be,
+void reduce_on_first(ReduceOp op, CollectiveStep& step, const std::vector<OnChipGpu>& gpu,
                      const std::vector<char>& host_leaf) {
   const int n = step.num_replicas();
-  GpuBackend& b0 = *be[0];
-  for (int r = 1; r < n; ++r) b0.wait_event(be[r]->ready_event());
+  const OnChipGpu& g0 = gpu[0];
+  DeviceBackend& b0 = g0.backend();
+  for (int r = 1; r < n; ++r) b0.wait_event(gpu[r].ready_event());
   std::vector<const void*> in(n);
   std::vector<void*> out(n);
   auto& host = backend_for(cpu0);
@@ -54,17 +56,19 @@ void reduce_on_first(ReduceOp op, CollectiveStep& step, const std::vector<GpuBac
       for (int r = 1; r < n; ++r) std::memcpy(out[r], out[0], first.bytes());
       continue;
     }
-    b0.all_reduce_fused(first.dtype, in.data(), out.data(), n, first.numel, op == ReduceOp::MEAN ? n : 0);
+    g0.all_reduce_fused(first.dtype, in.data(), out.data(), n, first.numel, op == ReduceOp::MEAN ? n : 0);
   }
-  b0.record_event(b0.done_event());
+  b0.record_event(g0.done_event());
 }
 
 }  // namespace
 
-bool on_chip_all_reduce(GpuRuntime& runtime, ReduceOp op, CollectiveStep& step) {
+bool on_chip_all_reduce(ReduceOp op, CollectiveStep& step) {
   const int n = step.num_replicas();
-  // Without GPUs (most CPU strategies) nothing qualifies: no need to look at every tensor.
-  if (n < 2 || runtime.physical_gpu_count() == 0) return false;
+  // Without GPUs (most CPU strategies) nothing qualifies: no need to look at every tensor. The GPU
+  // platform is asked (made on first use) whatever the number of replicas.
+  const int physical_gpus = physical_gpu_count();
+  if (n < 2 || physical_gpus == 0) return false;
   const std::size_t leaves = step.inputs(0).size();
   // Qualifies when every GPU tensor is on one chip, each replica's GPU tensors on one logical
   // device, and every tensor of a host leaf on the host. All replicas see the same posts, so all
@@ -84,7 +88,7 @@ bool on_chip_all_reduce(GpuRuntime& runtime, ReduceOp op, CollectiveStep& step) 
         ++gpu;
         if (home[r] < 0) home[r] = d.index();
         if (home[r] != d.index()) return false;
-        const int physical = logical_gpu_location(d.index()).first;
+        const int physical = physical_gpu_of(d);
         if (chip < 0) chip = physical;
         if (chip != physical) return false;
       }
@@ -97,14 +101,15 @@ bool on_chip_all_reduce(GpuRuntime& runtime, ReduceOp op, CollectiveStep& step) 
     if (home[r] < 0) return false;
 
   const int me = step.replica();
-  std::vector<GpuBackend*> be(n);
-  for (int r = 0; r < n; ++r) be[r] = &runtime.backend(Device(DeviceType::GPU, home[r]));
-  if (n > be[0]->max_fused_replicas()) return false;
-  be[me]->record_event(be[me]->ready_event());
+  std::vector<OnChipGpu> gpu;
+  gpu.reserve(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) gpu.emplace_back(Device(DeviceType::GPU, home[r]));
+  if (n > gpu[0].max_fused_replicas()) return false;
+  gpu[me].backend().record_event(gpu[me].ready_event());
   step.sync();
   if (me == 0) {
     try {
-      reduce_on_first(op, step, be, host_leaf);
+      reduce_on_first(op, step, gpu, host_leaf);
       step.sync();
     } catch (...) {
       // The others free their buffers once this replica has failed: keep those buffers from
@@ -114,20 +119,20 @@ bool on_chip_all_reduce(GpuRuntime& runtime, ReduceOp op, CollectiveStep& step) 
         for (int r = 1; r < n; ++r) {
           for (std::size_t i = 0; i < leaves; ++i) {
             if (host_leaf[i]) continue;
-            be[r]->record_stream_use(step.inputs(r)[i].data(), *be[0]);
-            be[r]->record_stream_use(step.outputs(r)[i].data(), *be[0]);
+            gpu[r].backend().record_stream_use(step.inputs(r)[i].data(), gpu[0].backend());
+            gpu[r].backend().record_stream_use(step.outputs(r)[i].data(), gpu[0].backend());
           }
         }
         // Keeping flags: a division by zero found on this stream is still raised by the
         // replica's next synchronize instead of being swallowed here.
-        be[0]->wait_keeping_flags(Deadline::after(default_synchronize_timeout_s()));
+        gpu[0].backend().wait_keeping_flags(Deadline::after(default_synchronize_timeout_s()));
       } catch (...) {
       }
       throw;
     }
   } else {
     step.sync();
-    be[me]->wait_event(be[0]->done_event());
+    gpu[me].backend().wait_event(gpu[0].done_event());
   }
   return true;
 }

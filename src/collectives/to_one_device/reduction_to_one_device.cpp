@@ -3,7 +3,6 @@
 
 #include "collectives/collective_helpers.hpp"
 #include "collectives/to_one_device/on_chip_all_reduce.hpp"
-#include "device/gpu/gpu_runtime.hpp"
 #include "mirrored/cross_device_ops.hpp"
 
 namespace mirrored {
@@ -23,7 +22,7 @@ void ReductionToOneDevice::reduce(ReduceOp op, const std::vector<detail::Untyped
 
 void ReductionToOneDevice::all_reduce(ReduceOp op, CollectiveStep& step) {
   // Logical GPUs sharing one chip: one kernel there reads every input and writes every output.
-  if (!reduce_to_device_ && detail::on_chip_all_reduce(detail::gpu_runtime(), op, step)) return;
+  if (!reduce_to_device_ && detail::on_chip_all_reduce(op, step)) return;
   std::vector<std::size_t> leaves(step.outputs(step.replica()).size());
   for (std::size_t i = 0; i < leaves.size(); ++i) leaves[i] = i;
   detail::all_reduce_via_first(op, step, leaves, reduce_to_device_);

@@ -9,6 +9,7 @@
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/device.hpp"
 #include "mirrored/dtype.hpp"
+#include "util/calling_replica.hpp"
 
 namespace mirrored::detail {
 
@@ -31,36 +32,10 @@ class GpuBackend : public DeviceBackend {
 };
 
 /// "GPU:1 (physical GPU 0), replica 1": where a GPU call ran, for messages (the replica when the
-/// calling thread is inside a strategy's run, as the registered replica-id source says).
+/// calling thread works for one, as `calling_replica_id` says).
 std::string describe_gpu_call_site(const Device& logical, int physical);
 /// The same for a call made by replica `replica` (-1: none), as kept with what a kernel found.
 std::string describe_gpu_call_site(const Device& logical, int physical, int replica);
-
-/// The calling thread's replica id in its sync group, or -1 outside a replica.
-using ReplicaIdSource = int (*)() noexcept;
-/// Registers what `describe_gpu_call_site` asks for the replica: the runtime, which owns the
-/// replica contexts, does this once (this layer reads no runtime state). Until then, and with
-/// nullptr, messages name no replica.
-void set_replica_id_source(ReplicaIdSource source) noexcept;
-
-/// The replica the calling thread works for: the innermost ActingReplicaScope's, else the
-/// registered source's answer; -1 outside any replica. A GPU backend keeps it with what a kernel
-/// found (an integer division by zero), so that only that replica's synchronize raises it.
-int calling_replica_id() noexcept;
-
-/// While it lives, the calling thread (a thread of the library, such as an asynchronous
-/// collective's lane) works for replica `replica` (its id in the sync group): messages name it and
-/// the errors its kernels find are that replica's. Destroy it on the constructing thread.
-class ActingReplicaScope {
- public:
-  explicit ActingReplicaScope(int replica) noexcept;
-  ~ActingReplicaScope();
-  ActingReplicaScope(const ActingReplicaScope&) = delete;
-  ActingReplicaScope& operator=(const ActingReplicaScope&) = delete;
-
- private:
-  int outer_;
-};
 
 /// Records that physical GPU `physical` hit a sticky error described by `what` (its context is
 /// corrupt until the device is reset: every later call would fail). The first reason is kept.

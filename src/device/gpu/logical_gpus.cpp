@@ -55,17 +55,6 @@ void mark_gpus_used() {
   t.used = true;
 }
 
-bool same_backend(const Device& a, const Device& b) {
-  if (a.is_host() || b.is_host()) return a.is_host() && b.is_host();
-  return a.index() == b.index();  // a GPU's backend is its logical index's, whatever job or task names it
-}
-
-bool same_memory(const Device& a, const Device& b) {
-  if (same_backend(a, b)) return true;
-  if (a.is_host() || b.is_host()) return false;
-  return logical_gpu_location(a.index()).first == logical_gpu_location(b.index()).first;
-}
-
 }  // namespace detail
 
 namespace config {

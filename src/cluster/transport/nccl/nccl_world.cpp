@@ -12,7 +12,7 @@
 #include "cluster/transport/world_all_reduce.hpp"
 #include "collectives/nccl/nccl_comms.hpp"
 #include "device/cuda/cuda_backend.hpp"
-#include "device/gpu/logical_gpus.hpp"
+#include "device/placement.hpp"
 #include "mirrored/errors.hpp"
 
 namespace mirrored::detail::cluster {
@@ -73,7 +73,7 @@ bool nccl_world_possible(const std::vector<Device>& local) {
   std::set<int> physical;
   for (const Device& d : local) {
     if (d.is_host()) return false;
-    physical.insert(logical_gpu_location(d.index()).first);
+    physical.insert(physical_gpu_of(d));
   }
   return !local.empty() && physical.size() == local.size();
 }
@@ -84,7 +84,7 @@ std::unique_ptr<WorldAllReduce> make_nccl_world_all_reduce(const std::vector<Dev
   std::vector<int> logical, physical;
   for (const Device& d : local) {
     logical.push_back(d.index());
-    physical.push_back(logical_gpu_location(d.index()).first);
+    physical.push_back(physical_gpu_of(d));
   }
   const std::string key = prefix + "nccl/";
   const int n_local = static_cast<int>(local.size());
