@@ -101,6 +101,14 @@ class Optimizer {
   /// from its variable's; FailedPreconditionError for distributed variables in cross-replica
   /// context (call it inside `run`) or variables of different strategies.
   void apply_gradients(const GradsAndVars<T>& grads_and_vars, bool skip_gradients_aggregation = false);
+  /// Any other list is a mistake the compiler names (entries of another element type, or the
+  /// variable before its gradient).
+  template <class Other>
+  void apply_gradients(const Other&, bool = false) {
+    static_assert(sizeof(Other) == 0,
+                  "apply_gradients takes GradsAndVars<T>: (gradient, variable) pairs of Tensor<T> and Variable<T>, "
+                  "the gradient first, of the optimizer's element type T");
+  }
 
   /// Creates the slot variables of `vars` now (in the current scope) instead of at the first
   /// `apply_gradients`. Optional.
@@ -158,6 +166,14 @@ class Optimizer {
   static std::optional<Scope> owner_scope(Strategy* owner) {
     if (!owner || detail::in_replica_thread()) return std::nullopt;
     return owner->scope();
+  }
+  /// True when every one of `vars` has its slots and the step counter exists.
+  bool has_state_for(const std::vector<Variable<T>>& vars) const {
+    std::lock_guard lock(mu_);
+    if (!iterations_) return false;
+    for (const auto& v : vars)
+      if (!slots_.count(&detail::VariableAccess::state(v))) return false;
+    return true;
   }
   void apply_to_copy(const Variable<T>& var, std::size_t r, const Tensor<T>& grad, int64_t step);
   // The fused step of replica `r` (`ctx` null: plain variables) through the library's collective
@@ -573,6 +589,8 @@ void Optimizer<T>::apply_fused(const detail::OptimizerUpdate& u, const std::vect
       slots[k] = detail::TensorAccess::erase(slot);
       step.sharded = s.vars[k].is_sharded();
     }
+    step.variables.push_back(&detail::VariableAccess::state(vars[i]));
+    step.names.push_back(&detail::VariableAccess::state(vars[i]).name);
     step.params.push_back(detail::TensorAccess::erase(w));
     step.grads.push_back(detail::TensorAccess::erase(grads[i]));
     step.slots.push_back(std::move(slots));
@@ -614,15 +632,25 @@ void Optimizer<T>::apply_gradients(const GradsAndVars<T>& grads_and_vars, bool s
   }
   Strategy* owner = detail::VariableAccess::state(vars[0]).live_strategy("apply_gradients");
   for (const auto& v : vars) {
-    MIRRORED_ENFORCE(detail::VariableAccess::state(v).live_strategy("apply_gradients") == owner,
-                     FailedPreconditionError,
-                     "Mixing different tf.distribute.Strategy objects: apply_gradients got variables '", vars[0].name(),
-                     "' and '", v.name(), "' of different strategies");
+    Strategy* s = detail::VariableAccess::state(v).live_strategy("apply_gradients");
+    if (s == owner) continue;
+    // One of the two has no strategy: it was made outside the other's scope.
+    const Variable<T>& outside = s ? vars[0] : v;
+    const Variable<T>& inside = s ? v : vars[0];
+    MIRRORED_ENFORCE(s && owner, FailedPreconditionError, "apply_gradients: variable '", outside.name(),
+                     "' was made outside the scope of ", (s ? s : owner)->name(), ", which made '", inside.name(),
+                     "'; make every variable the optimizer updates inside strategy.scope()");
+    throw FailedPreconditionError("Mixing different tf.distribute.Strategy objects: apply_gradients got variables '" +
+                                  vars[0].name() + "' and '" + v.name() + "' of different strategies");
   }
+  // A variable made outside every scope has one copy: every replica would update it at once.
+  MIRRORED_ENFORCE(owner || !detail::in_replica_thread(), FailedPreconditionError,
+                   "apply_gradients inside run of ", get_strategy().name(), ": variable '", vars[0].name(),
+                   "' was made outside the strategy's scope, so it has one copy that every replica would update at "
+                   "once; make it inside strategy.scope()");
   MIRRORED_ENFORCE(fused || !shard_optimizer_state_, UnimplementedError,
                    "apply_gradients: shard_optimizer_state needs the fused update of a built-in optimizer, which "
                    "this optimizer's fused_update() declines");
-  build(vars);
   int replica = 0;
   ReplicaContext* ctx = nullptr;
   if (owner) {
@@ -632,6 +660,19 @@ void Optimizer<T>::apply_gradients(const GradsAndVars<T>& grads_and_vars, bool s
     replica = place.replica;
     ctx = get_replica_context();
   }
+  // Every replica names the same variables before any slot is made or byte moves. Once every
+  // variable has its state, the fused step's own rendezvous compares them (no second one per step);
+  // creating state is a rendezvous of every replica, so they all see the same "has state".
+  if (ctx && (!fused || !has_state_for(vars))) {
+    std::vector<const void*> ids;
+    std::vector<std::string> names;
+    for (const auto& v : vars) {
+      ids.push_back(&detail::VariableAccess::state(v));
+      names.push_back(v.name());
+    }
+    detail::agree_on_variables(*ctx, "apply_gradients", ids, names);
+  }
+  build(vars);
   const auto r = static_cast<std::size_t>(replica);
   std::shared_ptr<Variable<int64_t>> iterations;
   {

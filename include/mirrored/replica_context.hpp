@@ -36,6 +36,8 @@ struct MergePost {
 inline int local_replica_index(const ReplicaContext& ctx) noexcept;
 struct OptimizerStep;
 void apply_optimizer_step(ReplicaContext* ctx, OptimizerStep& step);
+void agree_on_variables(ReplicaContext& ctx, const char* op, const std::vector<const void*>& ids,
+                        const std::vector<std::string>& names);
 class AsyncRunner;
 enum class CollectiveKind;
 }  // namespace detail
@@ -132,6 +134,8 @@ class ReplicaContext {
   friend class detail::AsyncRunner;
   friend int detail::local_replica_index(const ReplicaContext& ctx) noexcept;
   friend void detail::apply_optimizer_step(ReplicaContext* ctx, detail::OptimizerStep& step);
+  friend void detail::agree_on_variables(ReplicaContext& ctx, const char* op, const std::vector<const void*>& ids,
+                                         const std::vector<std::string>& names);
   ReplicaContext(Strategy& strategy, int replica_id) : strategy_(&strategy), replica_id_(replica_id) {}
 
   // Throws FailedPreconditionError unless the calling thread is inside this context's run.
@@ -159,6 +163,8 @@ class ReplicaContext {
                                                        const CommunicationOptions& options);
   // An optimizer step of this replica through the collective plan (detail::apply_optimizer_step).
   void optimizer_step(detail::OptimizerStep& step);
+  // detail::agree_on_variables: the rendezvous of every replica comparing the variables of `op`.
+  void agree_on_variables(const char* op, const std::vector<const void*>& ids, const std::vector<std::string>& names);
   // A reduction's checks where it is called: MEAN of integers (op `name`).
   void check_mean_of(const char* name, ReduceOp op, bool integer) const;
   // An asynchronous collective's error that nobody waited for fails this replica's run.

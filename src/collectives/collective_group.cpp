@@ -23,6 +23,7 @@ const char* collective_kind_name(CollectiveKind kind) noexcept {
     case CollectiveKind::reduce_scatter: return "reduce_scatter";
     case CollectiveKind::reduce_scatter_async: return "reduce_scatter_async";
     case CollectiveKind::apply_gradients: return "apply_gradients";
+    case CollectiveKind::agree_on_variables: return "agree_on_variables";
   }
   return "collective";
 }

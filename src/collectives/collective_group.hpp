@@ -30,6 +30,7 @@ enum class CollectiveKind {
   reduce_scatter,
   reduce_scatter_async,
   apply_gradients,  // an optimizer step: the gradients' reduction and the update in one
+  agree_on_variables,  // the replicas compare the variables of an update before it makes or moves anything
 };
 
 /// "all_reduce", "merge_call", …

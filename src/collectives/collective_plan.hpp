@@ -105,6 +105,12 @@ class CollectivePlan {
                   const std::function<void(const std::vector<const void*>&)>& on_first,
                   const std::function<void(const void*)>& take, const Deadline& deadline);
 
+  /// detail::agree_on_variables: every local replica's `ids` and `names` against replica 0's,
+  /// then (replica 0 for its worker) the names across workers. Every replica throws the same
+  /// error.
+  void agree_on_variables(int replica, const char* op, const std::vector<const void*>& ids,
+                          const std::vector<std::string>& names, const Deadline& deadline);
+
   // ----- Cross-replica context: the caller's thread.
 
   /// `Strategy::reduce`: `leaves[r]` is replica r's flattened value (`structures[r]` its nest).

@@ -53,6 +53,12 @@ void agree_optimizer_step(const CollectiveGroup& group) {
                      other.params.size());
     MIRRORED_ENFORCE(other.dtype == first.dtype, InvalidArgumentError, "apply_gradients: replica 0 updates dtype ",
                      dtype_name(first.dtype), " but replica ", r, " updates ", dtype_name(other.dtype));
+    for (std::size_t v = 0; v < first.variables.size() && v < other.variables.size(); ++v) {
+      MIRRORED_ENFORCE(other.variables[v] == first.variables[v], InvalidArgumentError,
+                       "apply_gradients: every replica must pass the same variables in the same order: replica 0 "
+                       "passed '",
+                       *first.names[v], "' at position ", v, " but replica ", r, " passed '", *other.names[v], "'");
+    }
     for (std::size_t v = 0; v < first.params.size(); ++v) {
       MIRRORED_ENFORCE(other.params[v].shape == first.params[v].shape, InvalidArgumentError,
                        "apply_gradients: replica 0 passed gradient ", v, " of shape ",

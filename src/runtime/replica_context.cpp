@@ -130,6 +130,14 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
   return strategy_->rt_->plan.all_gather(replica_id_, in, axis, d);
 }
 
+void ReplicaContext::agree_on_variables(const char* op, const std::vector<const void*>& ids,
+                                        const std::vector<std::string>& names) {
+  check_active(op);
+  drain_async();
+  const Deadline d = Deadline::after(strategy_->extended().collective_timeout_seconds());
+  strategy_->rt_->plan.agree_on_variables(replica_id_, op, ids, names, d);
+}
+
 void ReplicaContext::merge_flat(const void* payload, const std::type_info& signature, MergeFn run_merge,
                                 void* merge_ctx, TakeFn take, void* take_ctx) {
   detail::timeline::Scope trace("merge_call", "collective");
@@ -153,6 +161,11 @@ void apply_optimizer_step(ReplicaContext* ctx, OptimizerStep& step) {
     return;
   }
   ctx->optimizer_step(step);
+}
+
+void agree_on_variables(ReplicaContext& ctx, const char* op, const std::vector<const void*>& ids,
+                        const std::vector<std::string>& names) {
+  ctx.agree_on_variables(op, ids, names);
 }
 
 }  // namespace detail

@@ -126,11 +126,12 @@ TEST_P(DistributedOptimizerTest, MisuseIsReported) {
               opt.apply_gradients({{Tensor<float>{1}, w}});
             }),
             "apply_gradients: gradient of shape (1,) for variable 'Variable' of shape (2,)");
-  Variable<float> plain(Tensor<float>{1, 1});
+  Variable<float> plain(Tensor<float>{1, 1}, VariableOptions{.name = "plain"});
+  // A variable of no strategy beside the strategy's: it was made outside the scope.
   EXPECT_THAT(message_of<FailedPreconditionError>([&] {
                 opt.apply_gradients({{Tensor<float>{1, 1}, w}, {Tensor<float>{1, 1}, plain}});
               }),
-              HasSubstr("Mixing different tf.distribute.Strategy objects"));
+              HasSubstr("apply_gradients: variable 'plain' was made outside the scope of"));
 }
 
 TEST_P(DistributedOptimizerTest, ComputeAverageLossDividesByTheGlobalBatch) {

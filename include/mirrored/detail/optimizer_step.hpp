@@ -5,6 +5,7 @@
 /// gradients across replicas (or not) and updates the copies in place, in one collective.
 
 #include <array>
+#include <string>
 #include <cstdint>
 #include <vector>
 
@@ -37,6 +38,10 @@ struct OptimizerStep {
   /// False: one reduction per gradient (`Optimizer::pack_gradients`), else packs of
   /// `communication.bytes_per_pack`.
   bool pack = true;
+  /// per variable: its identity (the state every copy shares) and its name, which every replica
+  /// must pass in the same order (checked with the other arguments, before any byte moves)
+  std::vector<const void*> variables;
+  std::vector<const std::string*> names;
   std::vector<UntypedTensor> grads;                 ///< per variable: this replica's gradient (any device)
   std::vector<UntypedTensor> params;                ///< per variable: this replica's copy
   std::vector<SlotTensors> slots;  ///< per variable: slot copies or slices
@@ -51,5 +56,13 @@ struct OptimizerStep {
 /// options); `ctx` null updates a plain variable's copies, with nothing to reduce. \throws
 /// InvalidArgumentError when replicas disagree; what collectives throw.
 void apply_optimizer_step(ReplicaContext* ctx, OptimizerStep& step);
+
+/// Inside `run`: every replica of every worker passes the variables of its `op` call (`ids`: the
+/// state its copies share, compared within this process; `names`, compared across workers) in
+/// the same order, before any variable is made or any byte moves. A rendezvous of every replica.
+/// \throws InvalidArgumentError on every replica, naming `op`, the first replica whose list
+/// differs from replica 0's and both lists; what collectives throw.
+void agree_on_variables(ReplicaContext& ctx, const char* op, const std::vector<const void*>& ids,
+                        const std::vector<std::string>& names);
 
 }  // namespace mirrored::detail
