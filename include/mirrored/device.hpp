@@ -60,6 +60,28 @@ std::ostream& operator<<(std::ostream& os, const Device& d);
 /// The host device every result of a cross-replica reduction lands on.
 inline const Device cpu0{};
 
+/// The device of a tensor made without one: inside `Strategy::run`, the calling replica's device
+/// (TF runs the replica function under its device's scope); everywhere else (cross-replica context,
+/// a merge_fn, no strategy) CPU:0.
+const Device& default_device() noexcept;
+
+namespace detail {
+/// While alive, `default_device()` on this thread is `device` (TF's `with tf.device(...)`): the
+/// value function of `experimental_distribute_values_from_function` runs under its replica's
+/// device. Scopes nest; not movable.
+class DefaultDeviceScope {
+ public:
+  explicit DefaultDeviceScope(const Device& device) noexcept;
+  ~DefaultDeviceScope();
+  DefaultDeviceScope(const DefaultDeviceScope&) = delete;
+  DefaultDeviceScope& operator=(const DefaultDeviceScope&) = delete;
+
+ private:
+  Device device_;
+  const Device* previous_;
+};
+}  // namespace detail
+
 /// Logical devices of a type visible to this process. CPU: `{CPU:0}` (any `CPU:k` may still be
 /// used as a replica device). GPU: physical GPUs (or their logical splits); none when the build
 /// lacks CUDA or the runtime reports any error (e.g. no driver) — never throws for that.

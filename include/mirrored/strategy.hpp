@@ -250,7 +250,8 @@ class Strategy {
   std::vector<Variable<T>> experimental_local_results(const Variable<T>& var);
 
   /// Calls `value_fn(const ValueContext&)` once per replica, in replica order, on the calling
-  /// thread, and returns the results as a `PerReplica`.
+  /// thread, under that replica's device (a tensor it makes without a device is on the replica's
+  /// device, as TF runs it under the device's scope), and returns the results as a `PerReplica`.
   template <class Fn>
   auto experimental_distribute_values_from_function(Fn value_fn);
 
@@ -340,6 +341,10 @@ auto Strategy::run(Fn&& fn, Args&&... args) {
   require_cross_replica("run", "");
   require_not_in_merge("run");
   (check_components("run", args), ...);
+  static_assert(std::is_invocable_v<Fn&, detail::replica_arg_t<std::remove_reference_t<Args>>...>,
+                "Strategy::run: fn cannot be called with the arguments as each replica sees them: a PerReplica<X> "
+                "or Mirrored<X> argument is passed as one X, so a dataset element that is a std::tuple is ONE "
+                "argument (take it as one parameter and unpack it, or pass its parts to run separately)");
   Scope entered = scope();
   using R = std::invoke_result_t<Fn&, detail::replica_arg_t<std::remove_reference_t<Args>>...>;
   if constexpr (std::is_void_v<R>) {
@@ -436,8 +441,10 @@ auto Strategy::experimental_distribute_values_from_function(Fn value_fn) {
   std::vector<Out> values;
   values.reserve(devices_.size());
   const int local = static_cast<int>(devices_.size());
-  for (int r = 0; r < local; ++r)
+  for (int r = 0; r < local; ++r) {
+    const detail::DefaultDeviceScope on(devices_[static_cast<std::size_t>(r)]);
     values.push_back(value_fn(ValueContext{worker_index_ * local + r, num_replicas_in_sync()}));
+  }
   return PerReplica<Out>(std::move(values));
 }
 

@@ -83,15 +83,18 @@ class Tensor {
 
   /// An empty rank-1 tensor (shape `(0,)`) on CPU:0.
   Tensor() : shape_{0} {}
-  /// A rank-1 tensor of `values` on CPU:0.
+  /// A rank-1 tensor of `values` on `default_device()` (the replica's device inside `run`, else
+  /// CPU:0).
   Tensor(std::initializer_list<T> values)
       : Tensor(from_vector(std::vector<T>(values), {static_cast<int64_t>(values.size())})) {}
 
+  // Every factory's device defaults to `default_device()`: the replica's inside `run`, else CPU:0.
+
   /// A rank-0 tensor holding `value`.
-  static Tensor scalar(T value, const Device& d = cpu0) { return full({}, value, d); }
+  static Tensor scalar(T value, const Device& d = default_device()) { return full({}, value, d); }
   /// A tensor of `shape` holding `values` (row-major). \throws InvalidArgumentError when the
   /// number of values differs from the shape's element count.
-  static Tensor from_vector(std::vector<T> values, Shape shape, const Device& d = cpu0) {
+  static Tensor from_vector(std::vector<T> values, Shape shape, const Device& d = default_device()) {
     const int64_t n = detail::shape_numel(shape, sizeof(T));
     MIRRORED_ENFORCE(static_cast<int64_t>(values.size()) == n, InvalidArgumentError,
                      "Tensor::from_vector: ", values.size(), " values cannot fill shape ", detail::format_shape(shape),
@@ -101,15 +104,15 @@ class Tensor {
     return t;
   }
   /// A tensor of `shape` filled with zeros.
-  static Tensor zeros(Shape shape, const Device& d = cpu0) { return full(std::move(shape), T{0}, d); }
+  static Tensor zeros(Shape shape, const Device& d = default_device()) { return full(std::move(shape), T{0}, d); }
   /// A tensor of `shape` filled with `value`.
-  static Tensor full(Shape shape, T value, const Device& d = cpu0) {
+  static Tensor full(Shape shape, T value, const Device& d = default_device()) {
     Tensor t(std::move(shape), d);
     if (t.numel_) t.storage_->backend().fill(dtype_of<T>(), t.data(), t.numel_, &value);
     return t;
   }
   /// A tensor of `shape` whose contents are unspecified (to be overwritten).
-  static Tensor empty(Shape shape, const Device& d = cpu0) { return Tensor(std::move(shape), d); }
+  static Tensor empty(Shape shape, const Device& d = default_device()) { return Tensor(std::move(shape), d); }
   /// A tensor sharing the memory of a DLPack tensor, without a copy: defined in
   /// `<mirrored/dlpack.hpp>` (include it to call this), which documents it.
   static Tensor from_dlpack(DLManagedTensor* managed, std::optional<Device> device = std::nullopt);

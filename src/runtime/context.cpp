@@ -1,4 +1,6 @@
 // Thread-local context: which strategy and which replica context the calling thread is in.
+#include <utility>
+
 #include "mirrored/replica_context.hpp"
 #include "runtime/default_strategy.hpp"
 #include "runtime/thread_state.hpp"
@@ -46,6 +48,24 @@ Strategy& get_strategy() {
 }
 
 bool has_strategy() { return &get_strategy() != static_cast<Strategy*>(&detail::default_strategy()); }
+
+namespace {
+thread_local const Device* scoped_device = nullptr;  // the innermost DefaultDeviceScope's
+}  // namespace
+
+detail::DefaultDeviceScope::DefaultDeviceScope(const Device& device) noexcept
+    : device_(device), previous_(std::exchange(scoped_device, &device_)) {}
+
+detail::DefaultDeviceScope::~DefaultDeviceScope() { scoped_device = previous_; }
+
+const Device& default_device() noexcept {
+  if (scoped_device) return *scoped_device;
+  const ReplicaContext* ctx = detail::thread_state().replica;
+  if (!ctx || detail::is_default_context(ctx)) return cpu0;
+  const auto& devices = ctx->strategy().extended().worker_devices();
+  const auto r = static_cast<std::size_t>(detail::local_replica_index(*ctx));
+  return r < devices.size() ? devices[r] : cpu0;
+}
 
 bool in_cross_replica_context() {
   auto& ts = detail::thread_state();
