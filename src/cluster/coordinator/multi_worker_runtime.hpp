@@ -68,6 +68,13 @@ class MultiWorkerRuntime : public WorkerStage {
   // signature), in global replica order.
   std::vector<Shape> exchange_shapes(const std::vector<const Shape*>& local, std::size_t rank,
                                      Coordinator::Clock::time_point deadline);
+  // The collective body of all_gather and gather: checks that every worker calls `op` with the
+  // same axis, dtype and rank, exchanges every replica's shape (every worker raises the same
+  // shape error, if any) and returns every worker's `local_parts` concatenated along `axis`, on
+  // `home`.
+  UntypedTensor concat_across_workers(const char* op, const std::vector<const UntypedTensor*>& local_parts, int axis,
+                                      const Device& home, Coordinator::Clock::time_point deadline,
+                                      const Parallel& parallel = {});
   // out = concatenation along `axis` of every worker's `local_concat` (global shapes `shapes`).
   void gather_across(const UntypedTensor& local_concat, const std::vector<Shape>& shapes, int local_replicas, int axis,
                      const UntypedTensor& out, Coordinator::Clock::time_point deadline);
