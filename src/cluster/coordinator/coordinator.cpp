@@ -89,9 +89,9 @@ Coordinator::Coordinator(const ClusterLayout& layout, double timeout_s, int loca
   meet(deadline, local_replicas, device_kind);
   const auto [host, port] = net::split_host_port(layout_.addresses[static_cast<std::size_t>(rank())], name(rank()));
   (void)port;
-  if (auto shm = allow_shared_memory ? make_shm_transport_if_same_host(
-                                           TransportJob{*store_, prefix_, rank(), infos_, layout_.names}, deadline)
-                                     : nullptr) {
+  const TransportJob job{
+      .store = *store_, .prefix = prefix_, .rank = rank(), .workers = infos_, .names = layout_.names};
+  if (auto shm = allow_shared_memory ? make_shm_transport_if_same_host(job, deadline) : nullptr) {
     transport_ = std::move(shm);
   } else {
     transport_ = make_gloo_transport(*store_, prefix_, host, rank(), num_workers(), deadline);

@@ -301,11 +301,11 @@ void sum_halves_on_gpu(WorkerTransport& transport, DType dtype, DType half, cons
 }  // namespace
 
 void MultiWorkerRuntime::sum_across(const std::vector<UntypedTensor>& srcs, const std::vector<UntypedTensor>& dsts,
-                                    int64_t bytes_per_pack, Compression compression, TimePoint deadline) {
+                                    const CommunicationOptions& options, TimePoint deadline) {
   WorkerTransport& transport = coordinator().transport();
-  for (const auto& pack : plan_packs(dsts, bytes_per_pack)) {
+  for (const auto& pack : plan_packs(dsts, options.bytes_per_pack)) {
     const DType dtype = dsts[pack[0]].dtype;
-    const std::optional<DType> half = wire_half(dtype, compression);
+    const std::optional<DType> half = wire_half(dtype, options.compression);
     auto reduce = [&](const void* in, void* out, int64_t count) {
       if (half)
         transport.all_reduce_half(dtype, *half, in, out, count, deadline);
@@ -379,7 +379,7 @@ void MultiWorkerRuntime::all_reduce(ReduceOp op, CrossDeviceOps& local, Collecti
     const std::string signature = reduction_signature(op, step.inputs(0), step.compression());
     coordinator().collective("all_reduce", deadline, [&](TimePoint d) {
       check_same_call("all_reduce", signature, d);
-      sum_across(sources, step.outputs(0), step.bytes_per_pack(), step.compression(), d);
+      sum_across(sources, step.outputs(0), step.options(), d);
     });
     // Before the other local replicas copy the result.
     if (op == ReduceOp::MEAN) divide_all(step.outputs(0), static_cast<int64_t>(n) * num_workers_);
@@ -415,7 +415,7 @@ void MultiWorkerRuntime::reduce_scatter(ReduceOp op, CrossDeviceOps& local, Coll
     for (int64_t piece : step.split()) signature += str_cat(" ", piece);
     coordinator().collective("reduce_scatter", deadline, [&](TimePoint d) {
       check_same_call("reduce_scatter", signature, d);
-      sum_across({scattered_}, {scattered_}, 0, step.compression(), d);
+      sum_across({scattered_}, {scattered_}, step.options(), d);  // one tensor: one pack
     });
     if (op == ReduceOp::MEAN) divide_all({scattered_}, static_cast<int64_t>(n) * num_workers_);
   }
@@ -541,9 +541,9 @@ void MultiWorkerRuntime::sum(std::vector<UntypedTensor>& tensors, std::vector<in
   timeline::Scope trace("cross_worker", "collective");
   trace_stage(trace, "reduce", tensors);
   coordinator().collective("reduce", deadline, [&](TimePoint d) {
-    // Cross-replica reductions (Strategy::reduce, batch_reduce_to) take no CommunicationOptions:
-    // always full precision.
-    sum_across(tensors, tensors, 0, Compression::NONE, d);
+    // Cross-replica reductions (Strategy::reduce, batch_reduce_to) are packed by the plan already
+    // and take no compression: the default options, one pack per dtype run, full precision.
+    sum_across(tensors, tensors, CommunicationOptions{}, d);
     if (!counts.empty())
       coordinator().transport().all_reduce_sum(DType::int64, counts.data(), counts.data(),
                                                static_cast<int64_t>(counts.size()), d);

@@ -78,11 +78,13 @@ class MultiWorkerRuntime : public WorkerStage {
   // out = concatenation along `axis` of every worker's `local_concat` (global shapes `shapes`).
   void gather_across(const UntypedTensor& local_concat, const std::vector<Shape>& shapes, int local_replicas, int axis,
                      const UntypedTensor& out, Coordinator::Clock::time_point deadline);
-  // Sums `srcs[i]` of every worker into `dsts[i]` (host or device), packed per dtype run; float32
-  // and float64 packs cross as `compression` says (WorkerTransport::all_reduce_half), rounded to
-  // the half type and widened back by their GPU's kernels when a pack lives on one GPU.
+  // Sums `srcs[i]` of every worker into `dsts[i]` (host or device), in packs of
+  // `options.bytes_per_pack` per dtype run; float32 and float64 packs cross as
+  // `options.compression` says (WorkerTransport::all_reduce_half), rounded to the half type and
+  // widened back by their GPU's kernels when a pack lives on one GPU. `options` are the
+  // collective's, as its request carries them.
   void sum_across(const std::vector<UntypedTensor>& srcs, const std::vector<UntypedTensor>& dsts,
-                  int64_t bytes_per_pack, Compression compression, Coordinator::Clock::time_point deadline);
+                  const CommunicationOptions& options, Coordinator::Clock::time_point deadline);
 
   // The job's failure, if it failed (for errors of the GPU path, which runs outside the
   // coordinator's collectives).
