@@ -39,7 +39,6 @@ void apply_optimizer_step(ReplicaContext* ctx, OptimizerStep& step);
 void agree_on_variables(ReplicaContext& ctx, const char* op, const std::vector<const void*>& ids,
                         const std::vector<std::string>& names);
 class AsyncRunner;
-enum class CollectiveKind;
 }  // namespace detail
 
 /// The context of one replica inside `Strategy::run` (or the default replica context outside any
@@ -150,11 +149,10 @@ class ReplicaContext {
   // The synchronous reduce-scatter of `in`: this replica's slice.
   detail::UntypedTensor reduce_scatter_flat(ReduceOp op, const detail::UntypedTensor& in,
                                             const CommunicationOptions& options);
-  // The joined part of every reduction, synchronous or not, through the collective plan: `kind`
-  // is all_reduce or reduce_scatter, or their asynchronous twins (from a lane).
+  // The joined part of every reduction, synchronous or not, through the collective plan:
+  // `request.kind` is all_reduce or reduce_scatter, or their asynchronous twins (from a lane).
   // `flight_seq`: an asynchronous call's flight-recorder entry, made when it was issued.
-  void joined(detail::CollectiveKind kind, const CollectiveStep::Buffers& mine, const Deadline& deadline,
-              uint64_t flight_seq = 0);
+  void joined(const CollectiveRequest& request, const Deadline& deadline, uint64_t flight_seq = 0);
   // Issues an asynchronous all-reduce (`reduce_scatter` false) or reduce-scatter of `in`;
   // `scratch[i]`: nothing but the caller refers to leaf i.
   std::shared_ptr<detail::AsyncCollective> issue_async(bool reduce_scatter, ReduceOp op,

@@ -13,25 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "mirrored/collective_step.hpp"
 #include "mirrored/deadline.hpp"
 
 namespace mirrored::detail {
 
 class FlightRecorder;
 
-/// The collective calls replicas make; they must make the same ones in the same order.
-enum class CollectiveKind {
-  all_reduce,
-  all_gather,
-  merge_call,
-  broadcast,
-  batch_reduce,
-  all_reduce_async,
-  reduce_scatter,
-  reduce_scatter_async,
-  apply_gradients,  // an optimizer step: the gradients' reduction and the update in one
-  agree_on_variables,  // the replicas compare the variables of an update before it makes or moves anything
-};
+/// The collective calls replicas make (public: a CollectiveRequest names its kind).
+using CollectiveKind = mirrored::CollectiveKind;
 
 /// "all_reduce", "merge_call", …
 const char* collective_kind_name(CollectiveKind kind) noexcept;

@@ -15,8 +15,8 @@
 namespace mirrored::detail {
 namespace {
 
-const CollectiveStep::Buffers& posted(const CollectiveGroup& group, int r) {
-  return *static_cast<const CollectiveStep::Buffers*>(group.payload(r));
+const CollectiveRequest& posted(const CollectiveGroup& group, int r) {
+  return *static_cast<const CollectiveRequest*>(group.payload(r));
 }
 
 // ----- agree: the checks below run on every replica once all have joined, before any byte
@@ -24,8 +24,8 @@ const CollectiveStep::Buffers& posted(const CollectiveGroup& group, int r) {
 // of them reach the same verdict and throw together: nobody is left waiting for a replica that
 // gave up.
 
-// all_reduce and reduce_scatter (`what`): the same op, nest, dtypes, shapes, pack size,
-// compression and (reduce_scatter) pieces.
+// all_reduce and reduce_scatter (`what`): the same op, nest, dtypes, shapes, compression, and the
+// pack size of an all-reduce or the pieces of a reduce-scatter.
 void agree_reduction(const CollectiveGroup& group, const char* what) {
   const auto& first = posted(group, 0);
   for (int r = 1; r < group.size(); ++r) {
@@ -43,15 +43,18 @@ void agree_reduction(const CollectiveGroup& group, const char* what) {
       MIRRORED_ENFORCE(a.shape == b.shape, InvalidArgumentError, what, ": replica 0 passed shape ",
                        format_shape(a.shape), " but replica ", r, " passed shape ", format_shape(b.shape), which);
     }
-    // Backends split the work by pack, so replicas planning different packs would leave parts
-    // unreduced or write the same bytes.
-    MIRRORED_ENFORCE(other.bytes_per_pack == first.bytes_per_pack, InvalidArgumentError, what,
-                     ": replica 0 passed CommunicationOptions::bytes_per_pack ", first.bytes_per_pack, " but replica ",
-                     r, " passed ", other.bytes_per_pack);
+    // Backends split an all-reduce's work by pack, so replicas planning different packs would
+    // leave parts unreduced or write the same bytes. A reduce-scatter reduces one tensor, which is
+    // one pack whatever the size.
+    const bool packed = first.kind == CollectiveKind::all_reduce || first.kind == CollectiveKind::all_reduce_async;
+    MIRRORED_ENFORCE(!packed || other.options.bytes_per_pack == first.options.bytes_per_pack, InvalidArgumentError,
+                     what, ": replica 0 passed CommunicationOptions::bytes_per_pack ", first.options.bytes_per_pack,
+                     " but replica ", r, " passed ", other.options.bytes_per_pack);
     // The leader sends what every local replica summed: they must agree on how it crosses.
-    MIRRORED_ENFORCE(other.compression == first.compression, InvalidArgumentError, what,
-                     ": replica 0 passed CommunicationOptions::compression ", compression_name(first.compression),
-                     " but replica ", r, " passed ", compression_name(other.compression));
+    MIRRORED_ENFORCE(other.options.compression == first.options.compression, InvalidArgumentError, what,
+                     ": replica 0 passed CommunicationOptions::compression ",
+                     compression_name(first.options.compression), " but replica ", r, " passed ",
+                     compression_name(other.options.compression));
     if (first.split) {
       MIRRORED_ENFORCE(*other.split == *first.split, InvalidArgumentError, what,
                        ": replicas cut the result into different pieces: replica 0 ", format_shape(*first.split),
@@ -164,8 +167,9 @@ auto CollectivePlan::failing_job_on_error(F body) -> decltype(body()) {
 // once; else the join, the agreement, the stage (`run(step, group)`) and a last sync, after which
 // nobody's buffers are read any more.
 template <class Run>
-void CollectivePlan::reduction(const char* what, CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
-                               const Deadline& deadline, uint64_t flight_seq, Run run) {
+void CollectivePlan::reduction(const char* what, int replica, const CollectiveRequest& mine, const Deadline& deadline,
+                               uint64_t flight_seq, Run run) {
+  const CollectiveKind kind = mine.kind;
   const bool async = kind == CollectiveKind::all_reduce_async || kind == CollectiveKind::reduce_scatter_async;
   FlightCall flight(group_.recorder().ring(replica), deadline, kind, mine.inputs, static_cast<int>(mine.op), async,
                     flight_seq);
@@ -185,26 +189,28 @@ void CollectivePlan::reduction(const char* what, CollectiveKind kind, int replic
   flight.done();
 }
 
-void CollectivePlan::all_reduce(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
-                                const Deadline& deadline, uint64_t flight_seq) {
-  reduction("all_reduce", kind, replica, mine, deadline, flight_seq,
-            [&](CollectiveStep& step, CollectiveGroup* group) { stage_->all_reduce(mine.op, *local_, step, group); });
+void CollectivePlan::all_reduce(int replica, const CollectiveRequest& request, const Deadline& deadline,
+                                uint64_t flight_seq) {
+  reduction("all_reduce", replica, request, deadline, flight_seq, [&](CollectiveStep& step, CollectiveGroup* group) {
+    stage_->all_reduce(request.op, *local_, step, group);
+  });
 }
 
-void CollectivePlan::reduce_scatter(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
-                                    const Deadline& deadline, uint64_t flight_seq) {
+void CollectivePlan::reduce_scatter(int replica, const CollectiveRequest& request, const Deadline& deadline,
+                                    uint64_t flight_seq) {
   reduction(
-      "reduce_scatter", kind, replica, mine, deadline, flight_seq,
-      [&](CollectiveStep& step, CollectiveGroup* group) { stage_->reduce_scatter(mine.op, *local_, step, group); });
+      "reduce_scatter", replica, request, deadline, flight_seq,
+      [&](CollectiveStep& step, CollectiveGroup* group) { stage_->reduce_scatter(request.op, *local_, step, group); });
 }
 
-std::vector<UntypedTensor> CollectivePlan::all_gather(int replica, const UntypedTensor& in, int axis,
+std::vector<UntypedTensor> CollectivePlan::all_gather(int replica, const CollectiveRequest& request,
                                                       const Deadline& deadline) {
-  const std::vector<UntypedTensor> ins{in};
   std::vector<UntypedTensor> outs;
   outs.reserve(1);  // posted: other replicas read this vector's element once it exists
-  const CollectiveStep::Buffers mine{&ins, &outs, nullptr, ReduceOp::SUM, axis};
-  FlightCall flight(group_.recorder().ring(replica), deadline, CollectiveKind::all_gather, &ins, -1, false);
+  CollectiveRequest mine = request;
+  mine.outputs = &outs;
+  const int axis = mine.axis;
+  FlightCall flight(group_.recorder().ring(replica), deadline, CollectiveKind::all_gather, mine.inputs, -1, false);
   if (group_.size() == 1) {
     CollectiveStep solo(mine, deadline);
     stage_->all_gather(axis, *local_, solo, nullptr, outs);
@@ -325,12 +331,12 @@ std::vector<UntypedTensor> CollectivePlan::reduce(ReduceOp op, const std::vector
 
 std::vector<std::vector<UntypedTensor>> CollectivePlan::batch_reduce(
     const char* method, ReduceOp op, const std::vector<std::vector<UntypedTensor>>& values,
-    const std::vector<std::vector<Device>>& destinations, const std::vector<Device>& devices, int64_t bytes_per_pack,
-    const Deadline& deadline) {
+    const std::vector<std::vector<Device>>& destinations, const std::vector<Device>& devices,
+    const CommunicationOptions& options, const Deadline& deadline) {
   return failing_job_on_error([&] {
     const std::size_t n = devices.size();
-    MIRRORED_ENFORCE(bytes_per_pack >= 0, InvalidArgumentError, method,
-                     ": CommunicationOptions::bytes_per_pack must be >= 0, got ", bytes_per_pack);
+    MIRRORED_ENFORCE(options.bytes_per_pack >= 0, InvalidArgumentError, method,
+                     ": CommunicationOptions::bytes_per_pack must be >= 0, got ", options.bytes_per_pack);
     for (std::size_t i = 0; i < values.size(); ++i) {
       const std::string which = values.size() > 1 ? str_cat(" (value ", i, ")") : "";
       for (std::size_t r = 1; r < n; ++r) {
@@ -361,7 +367,7 @@ std::vector<std::vector<UntypedTensor>> CollectivePlan::batch_reduce(
     // Into host memory (or one chip's memory), then a copy per destination device.
     std::vector<UntypedTensor> firsts;  // every replica's tensors have the same shapes and dtypes
     for (const auto& v : values) firsts.push_back(v[0]);
-    const auto reduced = reduce_packed(*stage_, op, values, plan_packs(firsts, bytes_per_pack),
+    const auto reduced = reduce_packed(*stage_, op, values, plan_packs(firsts, options.bytes_per_pack),
                                        reduction_home(values, *stage_), {}, deadline);
     for (std::size_t i = 0; i < values.size(); ++i) {
       for (const Device& d : destinations[i]) {

@@ -76,25 +76,24 @@ class CollectivePlan {
 
   // ----- Replica context: called by every local replica (its thread, or its lane's).
 
-  /// All-reduce of `mine` (the calling replica's post: inputs, outputs, structure, op, pack size).
-  /// `kind` is all_reduce or all_reduce_async (the call sequence check tells them apart).
-  /// `flight_seq`: the flight recorder's entry of an asynchronous call, made when it was issued
-  /// (0: the call makes its own).
-  void all_reduce(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine, const Deadline& deadline,
-                  uint64_t flight_seq = 0);
+  /// All-reduce of `request` (the calling replica's: inputs, outputs, structure, op, options),
+  /// which is what the replica posts. Its kind is all_reduce or all_reduce_async (the call
+  /// sequence check tells them apart). `flight_seq`: the flight recorder's entry of an
+  /// asynchronous call, made when it was issued (0: the call makes its own).
+  void all_reduce(int replica, const CollectiveRequest& request, const Deadline& deadline, uint64_t flight_seq = 0);
 
-  /// Reduce-scatter of `mine.inputs[0]`: the calling replica's output gets its piece
-  /// (`mine.split`, every replica of every worker in global order). `kind` is reduce_scatter or
-  /// reduce_scatter_async.
-  void reduce_scatter(CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine, const Deadline& deadline,
-                      uint64_t flight_seq = 0);
+  /// Reduce-scatter of `request.inputs[0]`: the calling replica's output gets its piece
+  /// (`request.split`, every replica of every worker in global order). Its kind is reduce_scatter
+  /// or reduce_scatter_async.
+  void reduce_scatter(int replica, const CollectiveRequest& request, const Deadline& deadline, uint64_t flight_seq = 0);
 
   /// An optimizer step of the calling replica (`Optimizer::apply_gradients` inside `run`, see
   /// optimizer_step.cpp): the gradients reduced (or not) and every copy updated, in one collective.
   void apply_gradients(int replica, OptimizerStep& mine, const Deadline& deadline);
 
-  /// All-gather along `axis` of `in`; returns the calling replica's output.
-  std::vector<UntypedTensor> all_gather(int replica, const UntypedTensor& in, int axis, const Deadline& deadline);
+  /// All-gather along `request.axis` of `request.inputs[0]`; returns the calling replica's output.
+  /// The plan posts the request with outputs of its own (`request.outputs` is not read).
+  std::vector<UntypedTensor> all_gather(int replica, const CollectiveRequest& request, const Deadline& deadline);
 
   /// merge_call's rendezvous (of this worker's replicas: merge_fn runs per worker, and what it
   /// calls on the strategy spans the workers): replica 0 calls `on_first` with every replica's
@@ -121,12 +120,13 @@ class CollectivePlan {
                                     bool distributed, const Deadline& deadline);
 
   /// `StrategyExtended::batch_reduce_to`: reduces `values[i]` (one tensor per local replica on
-  /// `devices`) and places the result on every device of `destinations[i]`.
+  /// `devices`) and places the result on every device of `destinations[i]`, packed by
+  /// `options.bytes_per_pack` (the caller's options; a cross-replica reduction is never compressed).
   std::vector<std::vector<UntypedTensor>> batch_reduce(const char* method, ReduceOp op,
                                                        const std::vector<std::vector<UntypedTensor>>& values,
                                                        const std::vector<std::vector<Device>>& destinations,
-                                                       const std::vector<Device>& devices, int64_t bytes_per_pack,
-                                                       const Deadline& deadline);
+                                                       const std::vector<Device>& devices,
+                                                       const CommunicationOptions& options, const Deadline& deadline);
 
   /// `Strategy::gather`: the concatenation along `axis` of every replica's part, on the host.
   UntypedTensor gather(const std::vector<UntypedTensor>& parts, int axis, const Deadline& deadline);
@@ -154,8 +154,8 @@ class CollectivePlan {
   template <class F>
   auto failing_job_on_error(F body) -> decltype(body());
   template <class Run>
-  void reduction(const char* what, CollectiveKind kind, int replica, const CollectiveStep::Buffers& mine,
-                 const Deadline& deadline, uint64_t flight_seq, Run run);
+  void reduction(const char* what, int replica, const CollectiveRequest& mine, const Deadline& deadline,
+                 uint64_t flight_seq, Run run);
   // The local replicas' `parts` reduced into `out` by the local ops: split over idle threads when
   // large (CrossDeviceOps::reduce_part), else on the calling thread.
   void reduce_locally(ReduceOp op, const std::vector<UntypedTensor>& parts, const UntypedTensor& out);

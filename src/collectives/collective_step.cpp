@@ -3,6 +3,7 @@
 #include "mirrored/collective_step.hpp"
 
 #include "collectives/collective_group.hpp"
+#include "collectives/packing.hpp"
 #include "collectives/worker_stage.hpp"
 #include "mirrored/errors.hpp"
 
@@ -17,13 +18,19 @@ void CollectiveStep::sync() {
 bool CollectiveStep::aborted() const noexcept { return group_ != nullptr && group_->aborted(); }
 
 const std::vector<int64_t>& CollectiveStep::split() const {
-  const Buffers& mine = posted(replica_);
+  const CollectiveRequest& mine = request(replica_);
   MIRRORED_ENFORCE(mine.split != nullptr, InternalError, "CollectiveStep::split: this collective is not a reduce-scatter");
   return *mine.split;
 }
 
-const CollectiveStep::Buffers& CollectiveStep::posted(int r) const {
-  return group_ ? *static_cast<const Buffers*>(group_->payload(r)) : *solo_;
+CollectiveStep::PackPlan CollectiveStep::plan_packs() const {
+  // The one planner of the library, so a backend's packs end where the other paths' do.
+  return detail::plan_packs(inputs(replica_), options().bytes_per_pack);
+}
+
+const CollectiveRequest& CollectiveStep::request(int r) const {
+  // A group's payloads are the requests its replicas joined with (CollectivePlan posts nothing else).
+  return group_ ? *static_cast<const CollectiveRequest*>(group_->payload(r)) : *solo_;
 }
 
 namespace detail {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <chrono>
@@ -75,7 +76,11 @@ std::size_t flight_recorder_entries() {
   errno = 0;
   const long long n = std::strtoll(v, &end, 10);
   if (errno || *end || n < 0 || n > (1 << 20)) {
-    MIRRORED_LOG(warn, "MIRRORED_FLIGHT_RECORDER_ENTRIES must be an integer in [0, 1048576], got '", v, "'; using 256");
+    // Read for every strategy and recorder: one warning per process says it all.
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true))
+      MIRRORED_LOG(warn, "MIRRORED_FLIGHT_RECORDER_ENTRIES must be an integer in [0, 1048576], got '", v,
+                   "'; using 256");
     return 256;
   }
   return static_cast<std::size_t>(n);

@@ -31,7 +31,7 @@ namespace mirrored::detail {
 namespace {
 
 const OptimizerStep& update_of(const CollectiveGroup& group, int r) {
-  return *static_cast<const CollectiveStep::Buffers*>(group.payload(r))->update;
+  return *static_cast<const CollectiveRequest*>(group.payload(r))->update;
 }
 
 std::string describe_update(const OptimizerUpdate& u) {
@@ -169,7 +169,7 @@ void update_copies(const OptimizerStep& s, const std::vector<UntypedTensor>& gra
   std::vector<Launch> launches;
   std::vector<UntypedTensor> moved;  // gradients brought to their parameters' device
   for (const Pack& pack : optimizer_packs(s)) {
-    Launch launch{s.params[pack.leaves.front()].device(), {}, nullptr, 0};
+    Launch launch{.device = s.params[pack.leaves.front()].device(), .segments = {}};
     for (std::size_t v : pack.leaves) {
       UpdateSegment seg;
       seg.param = s.params[v].data();
@@ -245,9 +245,13 @@ void CollectivePlan::apply_gradients(int replica, OptimizerStep& mine, const Dea
   }
   FlightCall flight(group_.recorder().ring(replica), deadline, CollectiveKind::apply_gradients, &mine.grads,
                     static_cast<int>(ReduceOp::SUM), false);
+  // What every replica posts for the fused paths: its gradients, its copies and the step itself.
+  const CollectiveRequest post{.kind = CollectiveKind::apply_gradients,
+                               .inputs = &mine.grads,
+                               .outputs = &mine.params,
+                               .options = mine.communication,
+                               .update = &mine};
   if (n > 1) {
-    const CollectiveStep::Buffers post{&mine.grads, &mine.params, nullptr, ReduceOp::SUM, 0, 0,
-                                       mine.communication.compression, nullptr, &mine};
     join_traced(group_, replica, CollectiveKind::apply_gradients, &post, deadline);
     bool fused = false;
     inside_collective(group_, replica, [&] {
@@ -267,8 +271,6 @@ void CollectivePlan::apply_gradients(int replica, OptimizerStep& mine, const Dea
     // One GPU replica: its ops may still have a fused path (NCCL's one-rank communicator under
     // MIRRORED_NCCL_SINGLE_RANK, which a machine with one GPU tests). Host replicas keep the
     // separate passes, as before.
-    const CollectiveStep::Buffers post{
-        &mine.grads, &mine.params, nullptr, ReduceOp::SUM, 0, 0, mine.communication.compression, nullptr, &mine};
     CollectiveStep solo(post, deadline);
     if (local_->all_reduce_and_update(solo)) {
       flight.done();
@@ -283,11 +285,17 @@ void CollectivePlan::apply_gradients(int replica, OptimizerStep& mine, const Dea
     }
     std::vector<UntypedTensor> reduced;
     for (const auto& g : mine.grads) reduced.push_back(make_untyped(g.dtype, g.shape, g.device()));
-    // pack_gradients false: a pack size of one byte closes every pack after its first tensor.
-    const CollectiveStep::Buffers post{&mine.grads, &reduced, nullptr, ReduceOp::SUM, 0,
-                                       mine.pack ? mine.communication.bytes_per_pack : 1,
-                                       mine.communication.compression};
-    all_reduce(CollectiveKind::all_reduce, replica, post, deadline);
+    // The optimizer's options, but with pack_gradients false a pack size of one byte, which closes
+    // every pack after its first tensor.
+    CommunicationOptions options = mine.communication;
+    if (!mine.pack) options.bytes_per_pack = 1;
+    all_reduce(replica,
+               {.kind = CollectiveKind::all_reduce,
+                .op = ReduceOp::SUM,
+                .inputs = &mine.grads,
+                .outputs = &reduced,
+                .options = options},
+               deadline);
     update_copies(mine, reduced);
     flight.done();
     return;
@@ -315,9 +323,14 @@ void CollectivePlan::apply_sharded(int replica, OptimizerStep& mine, const Deadl
       const std::vector<UntypedTensor> in{pack_shard_major(layout, grads, -1, mine.dtype, device)};
       const std::vector<UntypedTensor> out{
           make_untyped(mine.dtype, {layout.split()[static_cast<std::size_t>(me)]}, device)};
-      const CollectiveStep::Buffers post{
-          &in, &out, nullptr, ReduceOp::SUM, 0, 0, mine.communication.compression, &layout.split()};
-      reduce_scatter(CollectiveKind::reduce_scatter, replica, post, deadline);
+      reduce_scatter(replica,
+                     {.kind = CollectiveKind::reduce_scatter,
+                      .op = ReduceOp::SUM,
+                      .inputs = &in,
+                      .outputs = &out,
+                      .options = mine.communication,
+                      .split = &layout.split()},
+                     deadline);
       slice = out[0];
     } else {
       slice = pack_shard_major(layout, grads, me, mine.dtype, device);
@@ -327,8 +340,10 @@ void CollectivePlan::apply_sharded(int replica, OptimizerStep& mine, const Deadl
     backend_for(device).apply_optimizer(mine.dtype, mine.update, segments.data(), static_cast<int>(segments.size()),
                                         steps.on(device), nullptr);
     // Every replica's updated slices into every copy.
-    const UntypedTensor gathered =
-        all_gather(replica, pack_shard_major(layout, params, me, mine.dtype, device), 0, deadline)[0];
+    const std::vector<UntypedTensor> updated{pack_shard_major(layout, params, me, mine.dtype, device)};
+    const UntypedTensor gathered = all_gather(
+        replica, {.kind = CollectiveKind::all_gather, .inputs = &updated, .axis = 0, .options = mine.communication},
+        deadline)[0];
     unpack_shard_major(layout, gathered, me, params);
   }
   steps.write();

@@ -120,10 +120,10 @@ void AsyncRunner::run(AsyncCollective& job) noexcept {
       // With one worker only: across workers the leader sends the local result on to the other
       // workers within the collective, which must not happen before NCCL's errors are checked.
       if (ctx.strategy().extended().num_workers() == 1) deferred.emplace();
-      ctx.joined(job.kind(), job.buffers(), backstop, job.flight_seq);
+      ctx.joined(job.request(job.kind()), backstop, job.flight_seq);
       job.backend->record_event(*job.completed);
     } else {
-      ctx.joined(job.kind(), job.buffers(), backstop, job.flight_seq);
+      ctx.joined(job.request(job.kind()), backstop, job.flight_seq);
     }
   } catch (...) {
     error = std::current_exception();
@@ -214,8 +214,7 @@ std::shared_ptr<detail::AsyncCollective> ReplicaContext::issue_async(bool reduce
   job->reduce_scatter = reduce_scatter;
   job->op = op;
   job->structure = std::move(structure);
-  job->bytes_per_pack = options.bytes_per_pack;
-  job->compression = options.compression;
+  job->options = options;
   job->deadline = deadline;
   job->out.reserve(in.size());
   if (reduce_scatter) {
@@ -239,8 +238,7 @@ std::shared_ptr<detail::AsyncCollective> ReplicaContext::issue_async(bool reduce
     // One replica and no other worker: the "reduction" is a copy on the replica's own stream, with
     // nothing to overlap; it runs here, and wait() reports its outcome.
     try {
-      joined(reduce_scatter ? detail::CollectiveKind::reduce_scatter : detail::CollectiveKind::all_reduce,
-             job->buffers(), deadline);
+      joined(job->request(reduce_scatter ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce), deadline);
     } catch (...) {
       job->error = std::current_exception();
     }

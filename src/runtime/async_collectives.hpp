@@ -43,9 +43,8 @@ struct AsyncCollective {
   ReduceOp op = ReduceOp::SUM;
   std::vector<UntypedTensor> in, out;  // out[i] may be in[i] (reduced in place)
   std::string structure;
-  int64_t bytes_per_pack = 0;
-  Compression compression = Compression::NONE;
-  std::vector<int64_t> split;  // reduce_scatter: every replica's piece
+  CommunicationOptions options;                                // as the replica passed them to the call
+  std::vector<int64_t> split;                                  // reduce_scatter: every replica's piece
   mirrored::Deadline deadline = mirrored::Deadline::after(0);  // made when it was issued; the watchdog enforces it
   // GPU replicas: the replica's backend, the point of its compute stream the communication
   // stream starts after, and the end of the collective on the communication stream.
@@ -64,9 +63,16 @@ struct AsyncCollective {
   bool waited = false;  // the owner's thread only
   uint64_t flight_seq = 0;  // its flight-recorder entry (made when issued)
 
-  /// What the lane posts for it.
-  CollectiveStep::Buffers buffers() const noexcept {
-    return {&in, &out, &structure, op, 0, bytes_per_pack, compression, reduce_scatter ? &split : nullptr};
+  /// What the lane posts for it: `kind` is its asynchronous kind on a lane, its synchronous one
+  /// where it runs at once (a replica alone).
+  CollectiveRequest request(CollectiveKind kind) const noexcept {
+    return {.kind = kind,
+            .op = op,
+            .inputs = &in,
+            .outputs = &out,
+            .structure = &structure,
+            .options = options,
+            .split = reduce_scatter ? &split : nullptr};
   }
   /// How the group sees it.
   CollectiveKind kind() const noexcept {

@@ -75,8 +75,13 @@ void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::Unty
   }
   const Deadline d = deadline(options);
   drain_async();
-  const CollectiveStep::Buffers mine{&in, &out, &structure, op, 0, options.bytes_per_pack, options.compression};
-  joined(detail::CollectiveKind::all_reduce, mine, d);
+  joined({.kind = CollectiveKind::all_reduce,
+          .op = op,
+          .inputs = &in,
+          .outputs = &out,
+          .structure = &structure,
+          .options = options},
+         d);
 }
 
 detail::UntypedTensor ReplicaContext::reduce_scatter_flat(ReduceOp op, const detail::UntypedTensor& in,
@@ -93,8 +98,13 @@ detail::UntypedTensor ReplicaContext::reduce_scatter_flat(ReduceOp op, const det
   const std::vector<detail::UntypedTensor> ins{in};
   const std::vector<detail::UntypedTensor> outs{detail::make_untyped(in.dtype, shape, in.device())};
   drain_async();
-  const CollectiveStep::Buffers mine{&ins, &outs, nullptr, op, 0, 0, options.compression, &split};
-  joined(detail::CollectiveKind::reduce_scatter, mine, d);
+  joined({.kind = CollectiveKind::reduce_scatter,
+          .op = op,
+          .inputs = &ins,
+          .outputs = &outs,
+          .options = options,
+          .split = &split},
+         d);
   return outs[0];
 }
 
@@ -105,15 +115,12 @@ void ReplicaContext::optimizer_step(detail::OptimizerStep& step) {
   strategy_->rt_->plan.apply_gradients(replica_id_, step, d);
 }
 
-void ReplicaContext::joined(detail::CollectiveKind kind, const CollectiveStep::Buffers& mine, const Deadline& deadline,
-                            uint64_t flight_seq) {
+void ReplicaContext::joined(const CollectiveRequest& request, const Deadline& deadline, uint64_t flight_seq) {
   auto& plan = strategy_->rt_->plan;
-  switch (kind) {
-    case detail::CollectiveKind::reduce_scatter:
-    case detail::CollectiveKind::reduce_scatter_async:
-      plan.reduce_scatter(kind, replica_id_, mine, deadline, flight_seq);
-      return;
-    default: plan.all_reduce(kind, replica_id_, mine, deadline, flight_seq); return;
+  switch (request.kind) {
+    case CollectiveKind::reduce_scatter:
+    case CollectiveKind::reduce_scatter_async: plan.reduce_scatter(replica_id_, request, deadline, flight_seq); return;
+    default: plan.all_reduce(replica_id_, request, deadline, flight_seq); return;
   }
 }
 
@@ -127,7 +134,9 @@ std::vector<detail::UntypedTensor> ReplicaContext::all_gather_flat(const detail:
   }
   const Deadline d = deadline(options);
   drain_async();
-  return strategy_->rt_->plan.all_gather(replica_id_, in, axis, d);
+  const std::vector<detail::UntypedTensor> ins{in};
+  return strategy_->rt_->plan.all_gather(
+      replica_id_, {.kind = CollectiveKind::all_gather, .inputs = &ins, .axis = axis, .options = options}, d);
 }
 
 void ReplicaContext::agree_on_variables(const char* op, const std::vector<const void*>& ids,

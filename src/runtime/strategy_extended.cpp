@@ -20,8 +20,7 @@ std::vector<std::vector<detail::UntypedTensor>> StrategyExtended::batch_reduce_o
     trace.arg("bytes", bytes);
   }
   const Deadline deadline = Deadline::after(options.timeout_seconds.value_or(collective_timeout_seconds()));
-  return s_.rt_->plan.batch_reduce(method, op, values, destinations, worker_devices(), options.bytes_per_pack,
-                                   deadline);
+  return s_.rt_->plan.batch_reduce(method, op, values, destinations, worker_devices(), options, deadline);
 }
 
 }  // namespace mirrored

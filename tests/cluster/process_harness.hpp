@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -148,6 +149,11 @@ inline void reap_orphans() {
   }
 }
 
+/// The TF_CONFIGs of a Job's processes, made from its workers' addresses (one per process).
+struct TfConfigs {
+  std::function<std::vector<std::string>(const std::vector<std::string>&)> make;
+};
+
 class Job {
  public:
   /// A cluster of `total` workers on 127.0.0.1; starts the ranks in `start`, each running `argv`
@@ -164,6 +170,25 @@ class Job {
       vars["TF_CONFIG"] = tf_config(addresses_, rank);
       vars["MIRRORED_JOB_ID"] = job_id;
       spawn(rank, argv, vars);
+    }
+  }
+
+  /// Processes whose TF_CONFIGs the test makes (workers configured differently): process k runs
+  /// `argv` with `env` and TF_CONFIG `tf_configs.make(addresses)[k]`, where `addresses` are `total`
+  /// free ports; it is "rank" k for `wait_for`, `code` and `output`. They share a fresh job id
+  /// unless `env` sets MIRRORED_JOB_ID ("" for none: the job id derived from the cluster).
+  Job(const TfConfigs& tf_configs, int total, const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {}) {
+    static std::once_flag subreaper;
+    std::call_once(subreaper, [] { ::prctl(PR_SET_CHILD_SUBREAPER, 1); });
+    for (int w = 0; w < total; ++w) addresses_.push_back("127.0.0.1:" + std::to_string(free_port()));
+    std::random_device rd;
+    const std::string job_id = "test-" + std::to_string(rd()) + "-" + std::to_string(::getpid());
+    const std::vector<std::string> configs = tf_configs.make(addresses_);
+    for (std::size_t k = 0; k < configs.size(); ++k) {
+      std::map<std::string, std::string> vars = env;
+      vars["TF_CONFIG"] = configs[k];
+      vars.emplace("MIRRORED_JOB_ID", job_id);
+      spawn(static_cast<int>(k), argv, vars);
     }
   }
 

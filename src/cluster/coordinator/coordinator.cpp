@@ -28,6 +28,13 @@ constexpr double kTimeoutCauseWaitSeconds = 0.2;
 constexpr double kStaleSeconds = 2.0;
 // After a failure, how long the chief keeps serving the store for the others at most.
 constexpr double kFailureLingerSeconds = 10.0;
+// How often a worker waiting for the others at start-up looks for a published start-up error.
+constexpr double kStartupPollSeconds = 0.2;
+// How long a worker 0 that cannot listen on its port looks for the job's store there.
+constexpr double kDuplicateProbeSeconds = 2.0;
+// After a clean run, how long the chief keeps serving the store until every worker has closed
+// its connections (they still wait there for the last goodbye).
+constexpr double kGoodbyeLingerSeconds = 10.0;
 // How much longer the chief waits for the workers at start-up than they wait for each other.
 constexpr double kChiefStartupGraceSeconds = 2.0;
 // How long a failing collective waits for the other workers' flight-recorder states (their
@@ -82,9 +89,9 @@ Coordinator::Coordinator(const ClusterLayout& layout, double timeout_s, int loca
   meet(deadline, local_replicas, device_kind);
   const auto [host, port] = net::split_host_port(layout_.addresses[static_cast<std::size_t>(rank())], name(rank()));
   (void)port;
-  if (auto shm = allow_shared_memory ? make_shm_transport_if_same_host(
-                                           TransportJob{*store_, prefix_, rank(), infos_, layout_.names}, deadline)
-                                     : nullptr) {
+  const TransportJob job{
+      .store = *store_, .prefix = prefix_, .rank = rank(), .workers = infos_, .names = layout_.names};
+  if (auto shm = allow_shared_memory ? make_shm_transport_if_same_host(job, deadline) : nullptr) {
     transport_ = std::move(shm);
   } else {
     transport_ = make_gloo_transport(*store_, prefix_, host, rank(), num_workers(), deadline);
@@ -106,15 +113,17 @@ void Coordinator::start_store(double timeout_s) {
     generation = env_or("MIRRORED_JOB_GENERATION", env_or("SLURM_RESTART_COUNT", "0"));
   } else if (spec == "tcp") {
     const auto [host, port] = net::split_host_port(layout_.addresses[0], name(0));
-    if (rank() == 0) server_ = std::make_unique<StoreServer>(host, port, job_id_, layout_.names);
+    if (rank() == 0) start_server(host, port, timeout_s);
     std::unique_ptr<TcpStoreClient> client;
     try {
-      client = std::make_unique<TcpStoreClient>(host, port, job_id_, rank(), TcpStoreClient::Role::request, timeout_s);
-      monitor_store_ =
-          std::make_unique<TcpStoreClient>(host, port, job_id_, rank(), TcpStoreClient::Role::monitor, timeout_s);
+      client = std::make_unique<TcpStoreClient>(host, port, job_id_, rank(), TcpStoreClient::Role::request, timeout_s,
+                                                layout_.names);
+      monitor_store_ = std::make_unique<TcpStoreClient>(host, port, job_id_, rank(), TcpStoreClient::Role::monitor,
+                                                        timeout_s, layout_.names);
     } catch (const DeadlineExceededError& e) {
-      throw DeadlineExceededError(str_cat("MultiWorkerMirroredStrategy: ", name(0), " never joined within ", timeout_s,
-                                          " s: ", e.what(),
+      // e names the chief's address: name(0) would repeat it.
+      throw DeadlineExceededError(str_cat("MultiWorkerMirroredStrategy: worker 0, the chief, never joined within ",
+                                          timeout_s, " s: ", e.what(),
                                           " (start-up timeout: CommunicationOptions::timeout_seconds or "
                                           "MIRRORED_COLLECTIVE_TIMEOUT_S)"));
     }
@@ -130,6 +139,50 @@ void Coordinator::start_store(double timeout_s) {
                 spec, "'"));
   }
   prefix_ = job_id_ + "/" + generation + "/";
+}
+
+void Coordinator::start_server(const std::string& host, int port, double timeout_s) {
+  try {
+    server_ = std::make_unique<StoreServer>(host, port, job_id_, layout_.names);
+  } catch (const UnavailableError& taken) {
+    const UnavailableError listen_error = taken;
+    // The port is taken. If the store there is this job's, another process already is worker 0:
+    // its store refuses a second monitor for worker 0 and tells every worker starting up why.
+    std::unique_ptr<TcpStoreClient> probe;
+    try {
+      probe = std::make_unique<TcpStoreClient>(host, port, job_id_, 0, TcpStoreClient::Role::monitor,
+                                               std::min(timeout_s, kDuplicateProbeSeconds), layout_.names);
+    } catch (const InvalidArgumentError&) {
+      throw;
+    } catch (const std::exception&) {
+      throw listen_error;  // another job's store, or none that answers: the port is taken
+    }
+    // This job's store without a monitor for worker 0 yet: its chief is still starting, and it is
+    // another process than this one all the same.
+    const std::string why = str_cat("start-up: two workers claim task index 0 (", name(0),
+                                    "): this process could not listen on its port, where the other serves the "
+                                    "job's store; give every worker its own task.index in TF_CONFIG");
+    try {
+      probe->set_if_absent(startup_error_key(job_id_ + "/" + probe->generation() + "/"), why);
+    } catch (const std::exception&) {
+      // The other process found this one's probe first and gave up (its store with it).
+    }
+    throw InvalidArgumentError("MultiWorkerMirroredStrategy " + why);
+  }
+}
+
+std::vector<std::string> Coordinator::wait_for_workers(const std::vector<std::string>& keys,
+                                                      Clock::time_point deadline) {
+  // In slices, so that a worker configured differently (published by the chief's store) fails
+  // every worker at once instead of at the timeout.
+  const std::string error_key = startup_error_key(prefix_);
+  while (true) {
+    const double left = net::seconds_until(deadline);
+    std::vector<std::string> missing = store_->wait(keys, std::clamp(left, 0.0, kStartupPollSeconds));
+    if (missing.empty()) return missing;
+    if (auto why = store_->get(error_key, 0)) throw InvalidArgumentError("MultiWorkerMirroredStrategy " + *why);
+    if (left <= kStartupPollSeconds) return missing;
+  }
 }
 
 void Coordinator::meet(Clock::time_point deadline, int local_replicas, const std::string& device_kind) {
@@ -156,7 +209,8 @@ void Coordinator::meet(Clock::time_point deadline, int local_replicas, const std
   const double grace = rank() == 0 && tcp_ ? kChiefStartupGraceSeconds : 0.0;
   std::vector<std::string> missing;
   try {
-    missing = store_->wait(keys, net::seconds_until(deadline) + grace);
+    missing = wait_for_workers(keys, deadline + std::chrono::duration_cast<Clock::duration>(
+                                                     std::chrono::duration<double>(grace)));
   } catch (const UnavailableError& e) {
     throw UnavailableError(
         str_cat("MultiWorkerMirroredStrategy: ", name(0), " went away while the workers were starting up: ", e.what()));
@@ -493,6 +547,10 @@ void Coordinator::shutdown() noexcept {
   monitor_store_.reset();
   tcp_ = nullptr;
   store_.reset();
+  // Every other worker said goodbye, but may still be waiting at the store for the last one:
+  // stopping now would reset their connections.
+  if (server_ && !failed && !server_->wait_until_disconnected(kGoodbyeLingerSeconds))
+    MIRRORED_LOG(debug, "MultiWorkerMirroredStrategy: the chief stops its store while a worker is still connected");
   server_.reset();
 }
 

@@ -100,6 +100,10 @@ class Coordinator {
 
  private:
   void start_store(double timeout_s);
+  void start_server(const std::string& host, int port, double timeout_s);
+  // Waits for `keys` (the workers' joins) until `deadline`; returns those missing. \throws
+  // InvalidArgumentError when the store has a start-up error (workers configured differently).
+  std::vector<std::string> wait_for_workers(const std::vector<std::string>& keys, Clock::time_point deadline);
   void meet(Clock::time_point deadline, int local_replicas, const std::string& device_kind);
   void monitor_loop();
   // Records `notice` as this worker's failure (first one wins) and interrupts the transport.

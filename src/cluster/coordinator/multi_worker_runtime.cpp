@@ -301,11 +301,11 @@ void sum_halves_on_gpu(WorkerTransport& transport, DType dtype, DType half, cons
 }  // namespace
 
 void MultiWorkerRuntime::sum_across(const std::vector<UntypedTensor>& srcs, const std::vector<UntypedTensor>& dsts,
-                                    int64_t bytes_per_pack, Compression compression, TimePoint deadline) {
+                                    const CommunicationOptions& options, TimePoint deadline) {
   WorkerTransport& transport = coordinator().transport();
-  for (const auto& pack : plan_packs(dsts, bytes_per_pack)) {
+  for (const auto& pack : plan_packs(dsts, options.bytes_per_pack)) {
     const DType dtype = dsts[pack[0]].dtype;
-    const std::optional<DType> half = wire_half(dtype, compression);
+    const std::optional<DType> half = wire_half(dtype, options.compression);
     auto reduce = [&](const void* in, void* out, int64_t count) {
       if (half)
         transport.all_reduce_half(dtype, *half, in, out, count, deadline);
@@ -379,7 +379,7 @@ void MultiWorkerRuntime::all_reduce(ReduceOp op, CrossDeviceOps& local, Collecti
     const std::string signature = reduction_signature(op, step.inputs(0), step.compression());
     coordinator().collective("all_reduce", deadline, [&](TimePoint d) {
       check_same_call("all_reduce", signature, d);
-      sum_across(sources, step.outputs(0), step.bytes_per_pack(), step.compression(), d);
+      sum_across(sources, step.outputs(0), step.options(), d);
     });
     // Before the other local replicas copy the result.
     if (op == ReduceOp::MEAN) divide_all(step.outputs(0), static_cast<int64_t>(n) * num_workers_);
@@ -415,7 +415,7 @@ void MultiWorkerRuntime::reduce_scatter(ReduceOp op, CrossDeviceOps& local, Coll
     for (int64_t piece : step.split()) signature += str_cat(" ", piece);
     coordinator().collective("reduce_scatter", deadline, [&](TimePoint d) {
       check_same_call("reduce_scatter", signature, d);
-      sum_across({scattered_}, {scattered_}, 0, step.compression(), d);
+      sum_across({scattered_}, {scattered_}, step.options(), d);  // one tensor: one pack
     });
     if (op == ReduceOp::MEAN) divide_all({scattered_}, static_cast<int64_t>(n) * num_workers_);
   }
@@ -488,6 +488,29 @@ void MultiWorkerRuntime::gather_across(const UntypedTensor& local_concat, const 
   concat_into(ptrs, axis, out);
 }
 
+UntypedTensor MultiWorkerRuntime::concat_across_workers(const char* op,
+                                                       const std::vector<const UntypedTensor*>& local_parts, int axis,
+                                                       const Device& home, TimePoint d, const Parallel& parallel) {
+  const UntypedTensor& first = *local_parts.at(0);
+  check_same_call(op, str_cat("axis ", axis, ", ", dtype_name(first.dtype), " of rank ", first.shape.size()), d);
+  std::vector<const Shape*> local_shapes;
+  for (const UntypedTensor* p : local_parts) local_shapes.push_back(&p->shape);
+  // Every worker checks every replica's shape (the signature made sure the ranks agree across
+  // workers, so the exchange has one size), so all of them raise the same error, if any.
+  const std::vector<Shape> shapes = exchange_shapes(local_shapes, first.shape.size(), d);
+  std::vector<const Shape*> ptrs;
+  for (const auto& s : shapes) ptrs.push_back(&s);
+  int a = axis;
+  const Shape global = together([&] { return concat_shape(op, ptrs, a); });
+  int local_axis = axis;
+  const Shape local_shape = concat_shape(op, local_shapes, local_axis);
+  UntypedTensor local_concat = make_untyped(first.dtype, local_shape, cpu0);
+  concat_into(local_parts, a, local_concat, parallel);
+  UntypedTensor out = make_untyped(first.dtype, global, home);
+  gather_across(local_concat, shapes, static_cast<int>(local_parts.size()), a, out, d);
+  return out;
+}
+
 void MultiWorkerRuntime::all_gather(int axis, CrossDeviceOps& /*local*/, CollectiveStep& step, CollectiveGroup* group,
                                     std::vector<UntypedTensor>& outs) {
   const int me = step.replica();
@@ -497,30 +520,10 @@ void MultiWorkerRuntime::all_gather(int axis, CrossDeviceOps& /*local*/, Collect
   if (me == 0) {
     timeline::Scope trace("cross_worker", "collective");
     trace_stage(trace, "all_gather", step.inputs(0));
-    const UntypedTensor& first = step.inputs(0)[0];
-    const std::string signature =
-        str_cat("axis ", axis, ", ", dtype_name(first.dtype), " of rank ", first.shape.size());
+    std::vector<const UntypedTensor*> local_parts;
+    for (int r = 0; r < n; ++r) local_parts.push_back(&step.inputs(r)[0]);
     coordinator().collective("all_gather", deadline, [&](TimePoint d) {
-      check_same_call("all_gather", signature, d);
-      std::vector<const Shape*> local_shapes;
-      std::vector<const UntypedTensor*> local_parts;
-      for (int r = 0; r < n; ++r) {
-        local_parts.push_back(&step.inputs(r)[0]);
-        local_shapes.push_back(&step.inputs(r)[0].shape);
-      }
-      // Every worker checks every replica's shape (the signature made sure the ranks agree across
-      // workers, so the exchange has one size), so all of them raise the same error, if any.
-      const std::vector<Shape> shapes = exchange_shapes(local_shapes, first.shape.size(), d);
-      std::vector<const Shape*> ptrs;
-      for (const auto& s : shapes) ptrs.push_back(&s);
-      int a = axis;
-      const Shape global = together([&] { return concat_shape("all_gather", ptrs, a); });
-      int local_axis = axis;
-      const Shape local_shape = concat_shape("all_gather", local_shapes, local_axis);
-      UntypedTensor local_concat = make_untyped(first.dtype, local_shape, cpu0);
-      concat_into(local_parts, a, local_concat);
-      outs.push_back(make_untyped(in.dtype, global, in.device()));
-      gather_across(local_concat, shapes, n, a, outs.back(), d);
+      outs.push_back(concat_across_workers("all_gather", local_parts, axis, in.device(), d));
     });
   }
   if (group) {
@@ -538,9 +541,9 @@ void MultiWorkerRuntime::sum(std::vector<UntypedTensor>& tensors, std::vector<in
   timeline::Scope trace("cross_worker", "collective");
   trace_stage(trace, "reduce", tensors);
   coordinator().collective("reduce", deadline, [&](TimePoint d) {
-    // Cross-replica reductions (Strategy::reduce, batch_reduce_to) take no CommunicationOptions:
-    // always full precision.
-    sum_across(tensors, tensors, 0, Compression::NONE, d);
+    // Cross-replica reductions (Strategy::reduce, batch_reduce_to) are packed by the plan already
+    // and take no compression: the default options, one pack per dtype run, full precision.
+    sum_across(tensors, tensors, CommunicationOptions{}, d);
     if (!counts.empty())
       coordinator().transport().all_reduce_sum(DType::int64, counts.data(), counts.data(),
                                                static_cast<int64_t>(counts.size()), d);
@@ -551,28 +554,11 @@ UntypedTensor MultiWorkerRuntime::gather(const std::vector<UntypedTensor>& local
                                          const mirrored::Deadline& deadline, const Parallel& parallel) {
   timeline::Scope trace("cross_worker", "collective");
   trace_stage(trace, "gather", local_parts);
+  std::vector<const UntypedTensor*> parts;
+  for (const auto& p : local_parts) parts.push_back(&p);
   UntypedTensor out;
-  const UntypedTensor& first = local_parts.at(0);
-  const std::string signature = str_cat("axis ", axis, ", ", dtype_name(first.dtype), " of rank ", first.shape.size());
   coordinator().collective("gather", deadline, [&](TimePoint d) {
-    check_same_call("gather", signature, d);
-    std::vector<const Shape*> local_shapes;
-    std::vector<const UntypedTensor*> ptrs_local;
-    for (const auto& p : local_parts) {
-      local_shapes.push_back(&p.shape);
-      ptrs_local.push_back(&p);
-    }
-    const std::vector<Shape> shapes = exchange_shapes(local_shapes, first.shape.size(), d);
-    std::vector<const Shape*> ptrs;
-    for (const auto& s : shapes) ptrs.push_back(&s);
-    int a = axis;
-    const Shape global = together([&] { return concat_shape("gather", ptrs, a); });
-    int local_axis = axis;
-    const Shape local_shape = concat_shape("gather", local_shapes, local_axis);
-    UntypedTensor local_concat = make_untyped(first.dtype, local_shape, cpu0);
-    concat_into(ptrs_local, a, local_concat, parallel);
-    out = make_untyped(first.dtype, global, cpu0);
-    gather_across(local_concat, shapes, static_cast<int>(local_parts.size()), a, out, d);
+    out = concat_across_workers("gather", parts, axis, cpu0, d, parallel);
   });
   return out;
 }

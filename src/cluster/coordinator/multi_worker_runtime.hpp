@@ -68,14 +68,23 @@ class MultiWorkerRuntime : public WorkerStage {
   // signature), in global replica order.
   std::vector<Shape> exchange_shapes(const std::vector<const Shape*>& local, std::size_t rank,
                                      Coordinator::Clock::time_point deadline);
+  // The collective body of all_gather and gather: checks that every worker calls `op` with the
+  // same axis, dtype and rank, exchanges every replica's shape (every worker raises the same
+  // shape error, if any) and returns every worker's `local_parts` concatenated along `axis`, on
+  // `home`.
+  UntypedTensor concat_across_workers(const char* op, const std::vector<const UntypedTensor*>& local_parts, int axis,
+                                      const Device& home, Coordinator::Clock::time_point deadline,
+                                      const Parallel& parallel = {});
   // out = concatenation along `axis` of every worker's `local_concat` (global shapes `shapes`).
   void gather_across(const UntypedTensor& local_concat, const std::vector<Shape>& shapes, int local_replicas, int axis,
                      const UntypedTensor& out, Coordinator::Clock::time_point deadline);
-  // Sums `srcs[i]` of every worker into `dsts[i]` (host or device), packed per dtype run; float32
-  // and float64 packs cross as `compression` says (WorkerTransport::all_reduce_half), rounded to
-  // the half type and widened back by their GPU's kernels when a pack lives on one GPU.
+  // Sums `srcs[i]` of every worker into `dsts[i]` (host or device), in packs of
+  // `options.bytes_per_pack` per dtype run; float32 and float64 packs cross as
+  // `options.compression` says (WorkerTransport::all_reduce_half), rounded to the half type and
+  // widened back by their GPU's kernels when a pack lives on one GPU. `options` are the
+  // collective's, as its request carries them.
   void sum_across(const std::vector<UntypedTensor>& srcs, const std::vector<UntypedTensor>& dsts,
-                  int64_t bytes_per_pack, Compression compression, Coordinator::Clock::time_point deadline);
+                  const CommunicationOptions& options, Coordinator::Clock::time_point deadline);
 
   // The job's failure, if it failed (for errors of the GPU path, which runs outside the
   // coordinator's collectives).

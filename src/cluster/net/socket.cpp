@@ -134,7 +134,8 @@ Fd connect_until(const std::string& host, int port, Clock::time_point deadline, 
     std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
     pause = std::min(pause * 2, std::chrono::milliseconds(500));
   }
-  throw DeadlineExceededError(str_cat("could not connect to ", who, " at ", host, ":", port, " (", last_error, ")"));
+  // `who` names the address already ("the chief's store at 10.0.0.1:2222").
+  throw DeadlineExceededError(str_cat("could not connect to ", who, " (", last_error, ")"));
 }
 
 Fd listen_on(const std::string& host, int port) {

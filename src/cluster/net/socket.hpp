@@ -39,8 +39,9 @@ class Fd {
 std::pair<std::string, int> split_host_port(const std::string& address, const std::string& what);
 
 /// Connects to `host:port`, retrying refused or unreachable attempts until `deadline` (a peer
-/// that starts later is normal at start-up). \throws DeadlineExceededError naming `who` when no
-/// attempt succeeded in time; InvalidArgumentError when the host does not resolve.
+/// that starts later is normal at start-up). `who` names the peer with its address ("the chief's
+/// store at 10.0.0.1:2222"). \throws DeadlineExceededError naming `who` when no attempt succeeded
+/// in time; InvalidArgumentError when the host does not resolve.
 Fd connect_until(const std::string& host, int port, Clock::time_point deadline, const std::string& who);
 
 /// A listening socket on `host:port` (the host's own address, or every address when it is not

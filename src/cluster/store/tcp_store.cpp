@@ -1,4 +1,5 @@
 #include "cluster/store/tcp_store.hpp"
+#include "cluster/store/tcp_store_wire.hpp"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -22,65 +23,7 @@ namespace mirrored::detail::cluster {
 namespace {
 
 using net::Clock;
-
-enum Op : uint8_t { kHello = 1, kSet, kSetIfAbsent, kGet, kWait, kBye, kGone, kStale, kDeparted };
-enum Status : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
-
-constexpr uint32_t kMaxFrame = 16u << 20;  // requests are small: addresses, ids, notices
-constexpr std::size_t kMaxClients = 4096;
-
-struct Writer {
-  std::string buf = std::string(4, '\0');  // room for the length
-  Writer& u8(uint8_t v) {
-    buf.push_back(static_cast<char>(v));
-    return *this;
-  }
-  Writer& i64(int64_t v) {
-    buf.append(reinterpret_cast<const char*>(&v), sizeof(v));
-    return *this;
-  }
-  Writer& str(const std::string& s) {
-    const auto n = static_cast<uint32_t>(s.size());
-    buf.append(reinterpret_cast<const char*>(&n), sizeof(n));
-    buf.append(s);
-    return *this;
-  }
-  std::string frame() {
-    const auto n = static_cast<uint32_t>(buf.size() - 4);
-    std::memcpy(buf.data(), &n, 4);
-    return std::move(buf);
-  }
-};
-
-// Reads fields of one frame; any overrun is a malformed frame.
-struct Reader {
-  std::string_view s;
-  std::size_t pos = 0;
-  void need(std::size_t n) const {
-    if (s.size() - pos < n) throw std::runtime_error("truncated frame");
-  }
-  uint8_t u8() {
-    need(1);
-    return static_cast<uint8_t>(s[pos++]);
-  }
-  int64_t i64() {
-    need(8);
-    int64_t v;
-    std::memcpy(&v, s.data() + pos, 8);
-    pos += 8;
-    return v;
-  }
-  std::string str() {
-    need(4);
-    uint32_t n;
-    std::memcpy(&n, s.data() + pos, 4);
-    pos += 4;
-    need(n);
-    std::string out(s.substr(pos, n));
-    pos += n;
-    return out;
-  }
-};
+using namespace wire;
 
 std::string random_generation() {
   std::random_device rd;
@@ -97,6 +40,19 @@ std::string random_generation() {
 }  // namespace
 
 std::string failure_key(const std::string& prefix) { return prefix + "failure"; }
+
+std::string startup_error_key(const std::string& prefix) { return prefix + "startup-error"; }
+
+namespace {
+
+// "3 workers [worker 0 (a:1), worker 1 (b:1), chief 0 (c:1)]"
+std::string describe_cluster(const std::vector<std::string>& names) {
+  std::string out = str_cat(names.size(), names.size() == 1 ? " worker [" : " workers [");
+  for (std::size_t i = 0; i < names.size(); ++i) out += str_cat(i ? ", " : "", names[i]);
+  return out + "]";
+}
+
+}  // namespace
 
 KeyValueStore::~KeyValueStore() = default;
 
@@ -126,6 +82,8 @@ struct StoreServer::Impl {
     std::string out;
     int rank = -1;
     bool monitor = false;
+    int64_t pid = 0;
+    std::string host;
     bool greeted = false;
     // A request that waits for keys (GET, WAIT) or for every worker to be gone (GONE).
     uint8_t pending = 0;
@@ -287,6 +245,21 @@ struct StoreServer::Impl {
         const std::string job = r.str();
         const int64_t rank = r.i64();
         const int64_t role = r.i64();
+        std::vector<std::string> cluster(static_cast<std::size_t>(std::clamp<int64_t>(r.i64(), 0, 100000)));
+        for (auto& n : cluster) n = r.str();
+        const int64_t pid = r.i64();
+        const std::string host = r.str();
+        // A worker whose TF_CONFIG lists other workers than the chief's: its job id (derived from
+        // that list by default) differs as well, but the list is what the user has to fix. Every
+        // worker still starting up fails with the same message.
+        if (!cluster.empty() && cluster != names) {
+          const std::string who = rank >= 0 && rank < static_cast<int64_t>(cluster.size())
+                                      ? cluster[static_cast<std::size_t>(rank)]
+                                      : str_cat("the worker of task index ", rank);
+          return refuse_at_startup(c, str_cat("start-up: the workers' TF_CONFIGs differ: ", who, " has a cluster of ",
+                                              describe_cluster(cluster), " but the chief, ", names[0], ", has ",
+                                              describe_cluster(names)));
+        }
         if (job != job_id) {
           reply(c, kError, Writer().str(str_cat("this store serves job '", job_id, "', not '", job, "'")));
           c.closing = true;
@@ -297,9 +270,22 @@ struct StoreServer::Impl {
           c.closing = true;
           return;
         }
+        if (role == 1) {
+          // One monitor per worker: a second one is a second process with the same task index.
+          for (const auto& other : clients) {
+            if (other.get() == &c || !other->greeted || !other->monitor || other->rank != rank || other->closing)
+              continue;
+            return refuse_at_startup(
+                c, str_cat("start-up: two workers claim task index ", rank, " (", names[static_cast<std::size_t>(rank)],
+                           "): process ", other->pid, " on host '", other->host, "' and process ", pid, " on host '",
+                           host, "'; give every worker its own task.index in TF_CONFIG"));
+          }
+        }
         c.greeted = true;
         c.rank = static_cast<int>(rank);
         c.monitor = role == 1;
+        c.pid = pid;
+        c.host = host;
         if (c.monitor) last_seen[static_cast<std::size_t>(rank)] = Clock::now();
         reply(c, kOk, Writer().str(generation));
         return;
@@ -373,6 +359,14 @@ struct StoreServer::Impl {
     }
   }
 
+  // Refuses a worker configured differently from the others, and publishes why for every worker
+  // still waiting for the others at start-up (they would otherwise wait for the whole timeout).
+  void refuse_at_startup(Client& c, const std::string& why) {
+    reply(c, kMismatch, Writer().str(why));
+    c.closing = true;
+    if (kv.emplace(startup_error_key(prefix), why).second) wake_pending();
+  }
+
   // Answers a waiting request if it can be answered now.
   void try_complete(Client& c) {
     if (c.pending == kGet && kv.count(c.keys[0])) {
@@ -418,6 +412,9 @@ struct StoreServer::Impl {
     c.closing = true;
     if (c.monitor && c.rank >= 0) {
       const auto k = static_cast<std::size_t>(c.rank);
+      // The chief's own monitor closes only while the chief lives (this server dies with its
+      // process), so its closing is the chief leaving, never its death.
+      if (k == 0) gone[k] = 1;
       if (!gone[k]) {
         gone[k] = 1;
         FailureNotice n{static_cast<int>(ErrorCode::UNAVAILABLE),
@@ -435,6 +432,8 @@ struct StoreServer::Impl {
     clients.erase(std::remove_if(clients.begin(), clients.end(),
                                  [](const std::unique_ptr<Client>& c) { return c->closing && c->out.empty(); }),
                   clients.end());
+    workers_connected.store(
+        std::count_if(clients.begin(), clients.end(), [](const std::unique_ptr<Client>& c) { return c->greeted; }));
     // A closing client with unsent output (an error reply) gets one more try, then goes.
     for (auto& c : clients)
       if (c->closing) c->out.clear();
@@ -453,6 +452,7 @@ struct StoreServer::Impl {
   std::vector<std::unique_ptr<Client>> clients;
   net::Fd wake_r, wake_w;
   std::atomic<bool> stop{false};
+  std::atomic<std::ptrdiff_t> workers_connected{0};
   std::thread thread;
 };
 
@@ -462,111 +462,13 @@ StoreServer::~StoreServer() = default;
 int StoreServer::port() const noexcept { return impl_->port; }
 const std::string& StoreServer::generation() const noexcept { return impl_->generation; }
 
-// ---------------------------------------------------------------------------------------------
-// Client.
-
-TcpStoreClient::TcpStoreClient(const std::string& host, int port, const std::string& job_id, int rank, Role role,
-                               double connect_timeout_s)
-    : who_(str_cat("the chief's store at ", host, ":", port)) {
-  fd_ = net::connect_until(host, port, net::deadline_after(connect_timeout_s), who_);
-  int status = 0;
-  const std::string body = request(Writer().u8(kHello).str(job_id).i64(rank).i64(role == Role::monitor ? 1 : 0).frame(),
-                                   connect_timeout_s, &status);
-  Reader r{body};
-  if (status != kOk) throw FailedPreconditionError(str_cat(who_, " refused worker ", rank, ": ", r.str()));
-  generation_ = r.str();
-}
-
-TcpStoreClient::~TcpStoreClient() = default;
-
-std::string TcpStoreClient::request(const std::string& frame, double timeout_s, int* status) {
-  std::lock_guard lock(mu_);
-  if (broken_) std::rethrow_exception(broken_);
-  const auto deadline = net::deadline_after(timeout_s + kAnswerSlackSeconds);
-  try {
-    net::send_all(fd_.get(), frame.data(), frame.size(), deadline, who_);
-    uint32_t len = 0;
-    net::recv_all(fd_.get(), &len, sizeof(len), deadline, who_);
-    MIRRORED_ENFORCE(len >= 1 && len <= kMaxFrame, UnavailableError, who_, " sent a malformed answer");
-    std::string body(len, '\0');
-    net::recv_all(fd_.get(), body.data(), len, deadline, who_);
-    *status = static_cast<uint8_t>(body[0]);
-    return body.substr(1);
-  } catch (...) {
-    // The stream is out of step now: no later request may read this one's answer. The
-    // connection stays open until the client goes away (the server takes a monitor connection
-    // that closes without a goodbye for the worker's death).
-    broken_ = std::current_exception();
-    throw;
+bool StoreServer::wait_until_disconnected(double timeout_s) {
+  const auto deadline = net::deadline_after(timeout_s);
+  while (impl_->workers_connected.load() > 0) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-}
-
-void TcpStoreClient::set(const std::string& key, const std::string& value) {
-  int status = 0;
-  request(Writer().u8(kSet).str(key).str(value).frame(), 0, &status);
-}
-
-bool TcpStoreClient::set_if_absent(const std::string& key, const std::string& value) {
-  int status = 0;
-  const std::string body = request(Writer().u8(kSetIfAbsent).str(key).str(value).frame(), 0, &status);
-  return Reader{body}.i64() == 1;
-}
-
-std::optional<std::string> TcpStoreClient::get(const std::string& key, double timeout_s) {
-  int status = 0;
-  const auto ms = static_cast<int64_t>(timeout_s * 1000);
-  const std::string body = request(Writer().u8(kGet).str(key).i64(ms).frame(), timeout_s, &status);
-  if (status == kTimeout) return std::nullopt;
-  return Reader{body}.str();
-}
-
-std::vector<std::string> TcpStoreClient::wait(const std::vector<std::string>& keys, double timeout_s) {
-  Writer w;
-  w.u8(kWait).i64(static_cast<int64_t>(keys.size()));
-  for (const auto& k : keys) w.str(k);
-  w.i64(static_cast<int64_t>(timeout_s * 1000));
-  int status = 0;
-  const std::string body = request(w.frame(), timeout_s, &status);
-  std::vector<std::string> missing;
-  if (status == kTimeout) {
-    Reader r{body};
-    const int64_t n = r.i64();
-    for (int64_t i = 0; i < n; ++i) missing.push_back(r.str());
-  }
-  return missing;
-}
-
-void TcpStoreClient::bye(int64_t collectives) {
-  int status = 0;
-  request(Writer().u8(kBye).i64(collectives).frame(), 0, &status);
-}
-
-bool TcpStoreClient::wait_all_gone(double timeout_s) {
-  int status = 0;
-  request(Writer().u8(kGone).i64(static_cast<int64_t>(timeout_s * 1000)).frame(), timeout_s, &status);
-  return status == kOk;
-}
-
-std::vector<int> TcpStoreClient::stale_workers(double threshold_s, double timeout_s) {
-  int status = 0;
-  const std::string body =
-      request(Writer().u8(kStale).i64(static_cast<int64_t>(threshold_s * 1000)).frame(), timeout_s, &status);
-  Reader r{body};
-  std::vector<int> out(static_cast<std::size_t>(r.i64()));
-  for (auto& k : out) k = static_cast<int>(r.i64());
-  return out;
-}
-
-std::vector<std::pair<int, int64_t>> TcpStoreClient::departed(double timeout_s) {
-  int status = 0;
-  const std::string body = request(Writer().u8(kDeparted).frame(), timeout_s, &status);
-  Reader r{body};
-  std::vector<std::pair<int, int64_t>> out(static_cast<std::size_t>(r.i64()));
-  for (auto& [k, n] : out) {
-    k = static_cast<int>(r.i64());
-    n = r.i64();
-  }
-  return out;
+  return true;
 }
 
 }  // namespace mirrored::detail::cluster

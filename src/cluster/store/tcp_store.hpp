@@ -26,6 +26,10 @@ namespace mirrored::detail::cluster {
 /// The key under which a job publishes its first failure (an encoded FailureNotice).
 std::string failure_key(const std::string& prefix);
 
+/// The key under which a job publishes why its start-up failed for every worker (workers
+/// configured differently: their TF_CONFIGs' clusters, or two with one task index).
+std::string startup_error_key(const std::string& prefix);
+
 /// The server: one thread, serving until destroyed.
 class StoreServer {
  public:
@@ -42,6 +46,9 @@ class StoreServer {
   /// A random id of this server's lifetime: a restarted chief has another, so keys of an
   /// earlier attempt are never read.
   const std::string& generation() const noexcept;
+  /// Waits up to `timeout_s` until every worker's connection has closed (so that none of them
+  /// loses the store while it still has a request to make); false at the deadline.
+  bool wait_until_disconnected(double timeout_s);
 
  private:
   struct Impl;
@@ -53,10 +60,13 @@ class TcpStoreClient : public KeyValueStore {
  public:
   enum class Role { request, monitor };
   /// Connects (retrying until `connect_timeout_s`: the chief may start later) and introduces
-  /// itself as worker `rank` of job `job_id`. \throws DeadlineExceededError when the chief
-  /// cannot be reached in time; FailedPreconditionError when the store serves another job.
+  /// itself as worker `rank` of job `job_id` whose cluster (TF_CONFIG) names its workers
+  /// `cluster` (empty: not compared). \throws DeadlineExceededError when the chief cannot be
+  /// reached in time; FailedPreconditionError when the store serves another job;
+  /// InvalidArgumentError when `cluster` differs from the chief's, or another process already
+  /// joined as a monitor of `rank` (both published under startup_error_key for the others).
   TcpStoreClient(const std::string& host, int port, const std::string& job_id, int rank, Role role,
-                 double connect_timeout_s);
+                 double connect_timeout_s, const std::vector<std::string>& cluster = {});
   ~TcpStoreClient() override;
 
   /// The server's generation (see StoreServer::generation).

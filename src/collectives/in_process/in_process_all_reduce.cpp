@@ -5,7 +5,6 @@
 
 #include "collectives/collective_helpers.hpp"
 #include "collectives/in_process/blocks.hpp"
-#include "collectives/packing.hpp"
 #include "collectives/stream_copy.hpp"
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/detail/device_backend.hpp"
@@ -82,7 +81,7 @@ void InProcessAllReduce::all_reduce(ReduceOp op, CollectiveStep& step) {
   // A pack is one run of same-dtype tensors, seen as one virtual buffer: replica r reduces its
   // slice of that buffer, however the tensors split it. Small tensors cost no extra collective
   // and the work stays balanced.
-  const auto packs = detail::plan_packs(mine, step.bytes_per_pack());
+  const auto packs = step.plan_packs();
   if (me == 0 && detail::log_enabled(LogLevel::debug)) {
     std::size_t bytes = 0;
     for (const auto& t : mine) bytes += t.bytes();
