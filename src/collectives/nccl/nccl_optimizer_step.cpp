@@ -91,14 +91,14 @@ bool NcclAllReduce::all_reduce_and_update(CollectiveStep& step) {
   struct Staged {
     const detail::Pack* pack;
     detail::ShardedPack layout;
-    detail::UntypedTensor gathered;                           // every shard's updated slices
-    std::vector<detail::SlotTensors> slots;  // this replica's updated slots
+    detail::UntypedTensor gathered{};         // every shard's updated slices
+    std::vector<detail::SlotTensors> slots{};  // this replica's updated slots
   };
   const std::vector<detail::Pack> packs = detail::optimizer_packs(mine);
   std::vector<Staged> staged;
   staged.reserve(packs.size());
   for (const detail::Pack& pack : packs) {
-    Staged& st = staged.emplace_back(Staged{&pack, detail::sharded_pack(mine, pack, n), {}, {}});
+    Staged& st = staged.emplace_back(Staged{.pack = &pack, .layout = detail::sharded_pack(mine, pack, n)});
     const detail::ShardedPack& layout = st.layout;
     std::vector<const detail::UntypedTensor*> grads, params;
     for (std::size_t v : pack.leaves) {
