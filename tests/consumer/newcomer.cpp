@@ -5,6 +5,7 @@
 // restored model trains on exactly as the saved one does; otherwise it says what failed and exits 1.
 #include <mirrored/mirrored.hpp>
 
+#include <unistd.h>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -15,7 +16,6 @@
 #include <sstream>
 #include <string>
 #include <tuple>
-#include <unistd.h>
 #include <vector>
 
 using namespace mirrored;
@@ -59,7 +59,8 @@ struct Model {
   optimizers::SGD<float> opt;
 
   Model(MirroredStrategy& strategy, float w0, float b0)
-      : w(make(strategy, w0, "dense/kernel")), b(make(strategy, b0, "dense/bias")),
+      : w(make(strategy, w0, "dense/kernel")),
+        b(make(strategy, b0, "dense/bias")),
         opt(optimizers::SGDOptions{.learning_rate = 0.02}) {}
 
   static Variable<float> make(MirroredStrategy& strategy, float v, const std::string& name) {
@@ -128,8 +129,8 @@ int run_program() {
   std::vector<float> losses = model.train(strategy, input, kSteps);
   const float first = (losses[0] + losses[1]) / 2, last = (losses[kSteps - 2] + losses[kSteps - 1]) / 2;
   std::cout << "loss: first steps " << first << ", last steps " << last << "\n";
-  check(std::isfinite(last) && last < first / 100, "the loss falls a hundredfold (" +
-                                                      std::to_string(first) + " -> " + std::to_string(last) + ")");
+  check(std::isfinite(last) && last < first / 100,
+        "the loss falls a hundredfold (" + std::to_string(first) + " -> " + std::to_string(last) + ")");
   const std::vector<float> saved = model.weights();
   std::cout << "w, b after " << kSteps << " steps: " << show(saved) << "\n";
   check(std::abs(saved[0] - 2.0f) < 0.05f && std::abs(saved[1] - 1.0f) < 0.2f, "w, b near 2, 1");
