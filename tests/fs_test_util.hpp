@@ -1,6 +1,6 @@
 #pragma once
-// Helpers of the hostile-file-system tests: a deadline for calls that might block (on a FIFO), and
-// running a check without root's privileges (so that file permissions apply).
+// File-system helpers of the tests: whole files read and written, a deadline for calls that might
+// block (on a FIFO), and running a check without root's privileges (so that file permissions apply).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -9,13 +9,31 @@
 
 #include <chrono>
 #include <exception>
+#include <fstream>
 #include <functional>
 #include <future>
+#include <iterator>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
 namespace mirrored::testing {
+
+/// The bytes of the file at `path`. \throws std::runtime_error when it cannot be read (the test
+/// fails, naming the path).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+/// Replaces the file at `path` with `bytes`. \throws std::runtime_error when it cannot be written.
+inline void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
 
 /// Runs `fn` on a thread and waits up to `deadline` for it. If it is still running then (blocked),
 /// calls `unblock` until it returns, so that the test fails instead of hanging. Returns whether
