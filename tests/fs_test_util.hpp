@@ -18,6 +18,8 @@
 #include <string>
 #include <thread>
 
+#include "child_process.hpp"
+
 namespace mirrored::testing {
 
 /// The bytes of the file at `path`. \throws std::runtime_error when it cannot be read (the test
@@ -70,20 +72,21 @@ inline void release_fifo_reader(const std::string& path) {
 /// died). When the tests do not run as root, `check` runs in the child as is. nullopt: the
 /// privileges could not be dropped (no CAP_SETUID), so the check cannot be made.
 inline std::optional<int> run_unprivileged(const std::function<int()>& check) {
-  const pid_t pid = ::fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(125);
-    int rc = 0;
-    try {
-      rc = check();
-    } catch (...) {
-      rc = 124;
-    }
-    ::_exit(rc);
+  int status = -1;
+  try {
+    ChildProcess child([&](const ChildProcess::Ready&) {
+      if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) return 125;
+      try {
+        return check();
+      } catch (...) {
+        return 124;
+      }
+    });
+    status = child.wait();
+  } catch (const std::runtime_error&) {
+    return -1;  // no child
   }
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  if (!WIFEXITED(status)) return -1;
   if (WEXITSTATUS(status) == 125) return std::nullopt;
   return WEXITSTATUS(status);
 }

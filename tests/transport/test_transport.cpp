@@ -1,8 +1,6 @@
 // The WorkerTransport contract (cluster/transport/transport.hpp), checked the same way against
 // both implementations: Gloo over TCP on 127.0.0.1 and shared memory. Workers are threads of this
 // process (both transports meet through a file store), except where a peer's process must die.
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -14,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "child_process.hpp"
 #include "cluster/store/store.hpp"
 #include "cluster/transport/transport.hpp"
 #include "data_test_util.hpp"
@@ -301,38 +300,30 @@ TEST_P(TransportContract, APeerWhoseProcessExitsFailsTheOthersPromptly) {
   // The peer is a child process: the shared-memory transport notices a peer's death by its pid.
   const std::string prefix = testing::fresh_prefix();
   const long parent = ::getpid();
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  const long child_pid = child == 0 ? ::getpid() : child;
-  const std::vector<detail::cluster::WorkerInfo> infos{testing::same_host_info(parent),
-                                                       testing::same_host_info(child_pid)};
-  const int rank = child == 0 ? 1 : 0;
   auto store = detail::cluster::make_file_store(dir_.path(""));
-  if (child == 0) {
-    // Joins, waits until the chief has its transport too, and exits without a word.
-    int rc = 0;
-    try {
-      auto t = testing::make_transport(GetParam(), *store, prefix, rank, infos, Clock::now() + seconds(30));
-      rc = t && store->get(prefix + "go", 30) ? 0 : 1;
-    } catch (...) {
-      rc = 2;
-    }
-    ::_exit(rc);
-  }
+  // The child learns its pid itself; the parent learns it from the fork.
+  auto infos = [&](long child_pid) {
+    return std::vector<detail::cluster::WorkerInfo>{testing::same_host_info(parent), testing::same_host_info(child_pid)};
+  };
+  testing::ChildProcess child([&](const testing::ChildProcess::Ready&) {
+    // Joins as worker 1, waits until the chief has its transport too, and exits without a word.
+    auto t = testing::make_transport(GetParam(), *store, prefix, 1, infos(::getpid()), Clock::now() + seconds(30));
+    return t && store->get(prefix + "go", 30) ? 0 : 1;
+  });
   // Reaped as soon as it exits: a zombie's pid still exists.
   int status = -1;
-  std::thread reaper([&] { ::waitpid(child, &status, 0); });
+  std::thread reaper([&] { status = child.wait(); });
   std::unique_ptr<WorkerTransport> t;
   try {
-    t = testing::make_transport(GetParam(), *store, prefix, rank, infos, Clock::now() + seconds(30));
+    t = testing::make_transport(GetParam(), *store, prefix, 0, infos(child.pid()), Clock::now() + seconds(30));
   } catch (...) {
-    ::kill(child, SIGKILL);
+    child.kill();
     reaper.join();
     throw;
   }
   store->set(prefix + "go", "1");
   if (!t) {
-    ::kill(child, SIGKILL);
+    child.kill();
     reaper.join();
     FAIL() << "the chief has no transport";
   }
@@ -346,7 +337,7 @@ TEST_P(TransportContract, APeerWhoseProcessExitsFailsTheOthersPromptly) {
   }
   EXPECT_LT(Clock::now() - start, seconds(10));
   reaper.join();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's status: " << status;
+  EXPECT_TRUE(testing::ChildProcess::exited_with(status, 0)) << "the child's status: " << status;
 }
 
 INSTANTIATE_TEST_SUITE_P(BothTransports, TransportContract,
