@@ -107,6 +107,28 @@ std::vector<int> physical_of(const std::vector<int>& logical, const char* what) 
   return physical;
 }
 
+// What a replica's collective does once it chose NCCL, the same for all_reduce, all_gather and
+// reduce_scatter: the communicators of the replicas' GPUs (`home`, logical), acquired within the
+// step's deadline, which then bounds the whole collective; and this replica's GPU made current
+// until the collective ends. `Impl` is NcclAllReduce's.
+struct NcclCall {
+  template <class Impl>
+  NcclCall(Impl& impl, CollectiveStep& step, const std::vector<int>& home, const char* what)
+      : physical(physical_of(home, what)),
+        started(Clock::now()),
+        comms(impl.acquire(home, physical, step.timeout_seconds(), step.aborted(), what)),
+        limits(Limits::until(step.deadline(), started, &step)),
+        be(detail::cuda_backend(home[static_cast<std::size_t>(step.replica())])),
+        guard(be.physical(), be.device()) {}
+
+  std::vector<int> physical;
+  Clock::time_point started;
+  std::shared_ptr<Comms> comms;
+  Limits limits;
+  CudaBackend& be;
+  detail::CudaDeviceGuard guard;
+};
+
 // One rank's part of a packed NCCL all-reduce: leaf k is `ins[k]` -> `outs[k]` (on the rank's
 // GPU); a concatenated pack gets its own input and output buffers, filled before the NCCL calls
 // and split after them, all in the rank's stream order.
@@ -273,12 +295,10 @@ void NcclAllReduce::all_reduce(ReduceOp op, CollectiveStep& step) {
   if (!elsewhere.empty()) detail::all_reduce_via_first(op, step, elsewhere);
   if (on_gpus.empty()) return;
 
-  const std::vector<int> physical = physical_of(home, "all_reduce");
-  const auto started = Clock::now();
-  std::shared_ptr<Comms> comms = impl_->acquire(home, physical, step.timeout_seconds(), step.aborted(), "all_reduce");
-  const Limits limits = Limits::until(step.deadline(), started, &step);  // one deadline for the whole collective
-  CudaBackend& be = detail::cuda_backend(home[me]);
-  detail::CudaDeviceGuard guard(be.physical(), be.device());
+  NcclCall call(*impl_, step, home, "all_reduce");
+  const std::shared_ptr<Comms>& comms = call.comms;
+  const Limits& limits = call.limits;
+  CudaBackend& be = call.be;
   std::vector<const UntypedTensor*> ins, outs;
   std::vector<detail::PackLeaf> described;
   for (std::size_t i : on_gpus) {
@@ -407,12 +427,10 @@ void NcclAllReduce::all_gather(int axis, CollectiveStep& step) {
   }
   if (gathers.empty()) return;
   // Every tensor goes out in one NCCL group, with one completion wait, whatever their number.
-  const std::vector<int> physical = physical_of(home, "all_gather");
-  const auto started = Clock::now();
-  std::shared_ptr<Comms> comms = impl_->acquire(home, physical, step.timeout_seconds(), step.aborted(), "all_gather");
-  const Limits limits = Limits::until(step.deadline(), started, &step);  // one deadline for the whole collective
-  CudaBackend& be = detail::cuda_backend(home[me]);
-  detail::CudaDeviceGuard guard(be.physical(), be.device());
+  NcclCall call(*impl_, step, home, "all_gather");
+  const std::shared_ptr<Comms>& comms = call.comms;
+  const Limits& limits = call.limits;
+  CudaBackend& be = call.be;
   const cudaStream_t stream = be.stream_for_call();
   for (Gather& g : gathers) {
     if (g.outer == 1 && g.equal) continue;
@@ -475,13 +493,10 @@ void NcclAllReduce::reduce_scatter(ReduceOp op, CollectiveStep& step) {
     return;
   }
   const std::vector<int64_t>& split = step.split();
-  const std::vector<int> physical = physical_of(home, "reduce_scatter");
-  const auto started = Clock::now();
-  std::shared_ptr<Comms> comms =
-      impl_->acquire(home, physical, step.timeout_seconds(), step.aborted(), "reduce_scatter");
-  const Limits limits = Limits::until(step.deadline(), started, &step);  // one deadline for the whole collective
-  CudaBackend& be = detail::cuda_backend(home[me]);
-  detail::CudaDeviceGuard guard(be.physical(), be.device());
+  NcclCall call(*impl_, step, home, "reduce_scatter");
+  const std::shared_ptr<Comms>& comms = call.comms;
+  const Limits& limits = call.limits;
+  CudaBackend& be = call.be;
   const cudaStream_t stream = be.stream_for_call();
   const DType dtype = in.dtype;
   // ncclAvg as the all-reduce uses it: exact only for a power of two of floats.
