@@ -1,6 +1,6 @@
 #pragma once
-// Helpers of the hostile-file-system tests: a deadline for calls that might block (on a FIFO), and
-// running a check without root's privileges (so that file permissions apply).
+// File-system helpers of the tests: whole files read and written, a deadline for calls that might
+// block (on a FIFO), and running a check without root's privileges (so that file permissions apply).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -9,13 +9,33 @@
 
 #include <chrono>
 #include <exception>
+#include <fstream>
 #include <functional>
 #include <future>
+#include <iterator>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
+#include "child_process.hpp"
+
 namespace mirrored::testing {
+
+/// The bytes of the file at `path`. \throws std::runtime_error when it cannot be read (the test
+/// fails, naming the path).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+/// Replaces the file at `path` with `bytes`. \throws std::runtime_error when it cannot be written.
+inline void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
 
 /// Runs `fn` on a thread and waits up to `deadline` for it. If it is still running then (blocked),
 /// calls `unblock` until it returns, so that the test fails instead of hanging. Returns whether
@@ -52,20 +72,21 @@ inline void release_fifo_reader(const std::string& path) {
 /// died). When the tests do not run as root, `check` runs in the child as is. nullopt: the
 /// privileges could not be dropped (no CAP_SETUID), so the check cannot be made.
 inline std::optional<int> run_unprivileged(const std::function<int()>& check) {
-  const pid_t pid = ::fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(125);
-    int rc = 0;
-    try {
-      rc = check();
-    } catch (...) {
-      rc = 124;
-    }
-    ::_exit(rc);
+  int status = -1;
+  try {
+    ChildProcess child([&](const ChildProcess::Ready&) {
+      if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) return 125;
+      try {
+        return check();
+      } catch (...) {
+        return 124;
+      }
+    });
+    status = child.wait();
+  } catch (const std::runtime_error&) {
+    return -1;  // no child
   }
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  if (!WIFEXITED(status)) return -1;
   if (WEXITSTATUS(status) == 125) return std::nullopt;
   return WEXITSTATUS(status);
 }

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mirrored {
@@ -42,10 +43,35 @@ class ClusterResolver {
   virtual std::string rpc_layer() const;
 };
 
+namespace detail {
+/// What the resolvers below share: each settles the cluster, this task and the RPC layer when
+/// constructed, and answers from them.
+class SettledClusterResolver : public ClusterResolver {
+ public:
+  ClusterSpec cluster_spec() const override { return cluster_; }
+  std::string task_type() const override { return task_type_; }
+  int task_id() const override { return task_id_; }
+  std::string rpc_layer() const override { return rpc_layer_; }
+
+ protected:
+  SettledClusterResolver() = default;
+  SettledClusterResolver(ClusterSpec cluster, std::string task_type, int task_id, std::string rpc_layer)
+      : cluster_(std::move(cluster)),
+        task_type_(std::move(task_type)),
+        task_id_(task_id),
+        rpc_layer_(std::move(rpc_layer)) {}
+
+  ClusterSpec cluster_;
+  std::string task_type_;
+  int task_id_ = 0;
+  std::string rpc_layer_;
+};
+}  // namespace detail
+
 /// Reads `TF_CONFIG` (JSON `{"cluster": {job: ["host:port", …]}, "task": {"type": …, "index": …},
 /// "rpc_layer": …}`) when constructed; the arguments, when given, override its task and RPC
 /// layer. Unset or empty `TF_CONFIG`: an empty cluster (one local worker).
-class TFConfigClusterResolver : public ClusterResolver {
+class TFConfigClusterResolver : public detail::SettledClusterResolver {
  public:
   /// Unknown top-level keys (such as TF's "environment") are ignored, as TF does; the rules of a
   /// multi-worker cluster (job names, one chief, index in range) are checked by
@@ -56,32 +82,12 @@ class TFConfigClusterResolver : public ClusterResolver {
   /// `rpc_layer` not a string — the message names the key.
   explicit TFConfigClusterResolver(std::optional<std::string> task_type = {}, std::optional<int> task_id = {},
                                    std::optional<std::string> rpc_layer = {});
-  ClusterSpec cluster_spec() const override { return cluster_; }
-  std::string task_type() const override { return task_type_; }
-  int task_id() const override { return task_id_; }
-  std::string rpc_layer() const override { return rpc_layer_; }
-
- private:
-  ClusterSpec cluster_;
-  std::string task_type_;
-  int task_id_ = 0;
-  std::string rpc_layer_;
 };
 
 /// A resolver over a given cluster and task.
-class SimpleClusterResolver : public ClusterResolver {
+class SimpleClusterResolver : public detail::SettledClusterResolver {
  public:
   SimpleClusterResolver(ClusterSpec cluster_spec, std::string task_type, int task_id, std::string rpc_layer = "");
-  ClusterSpec cluster_spec() const override { return cluster_; }
-  std::string task_type() const override { return task_type_; }
-  int task_id() const override { return task_id_; }
-  std::string rpc_layer() const override { return rpc_layer_; }
-
- private:
-  ClusterSpec cluster_;
-  std::string task_type_;
-  int task_id_;
-  std::string rpc_layer_;
 };
 
 /// A resolver for a Slurm job step (TF's `SlurmClusterResolver`): the step's tasks
@@ -90,22 +96,12 @@ class SimpleClusterResolver : public ClusterResolver {
 /// `SLURM_STEP_TASKS_PER_NODE` (such as `2(x3),1`), are assigned in rank order to `jobs` (job
 /// name → number of tasks; default: every task a "worker"); this process is task
 /// `SLURM_PROCID`. Task k on a node listens on `port_base + k`.
-class SlurmClusterResolver : public ClusterResolver {
+class SlurmClusterResolver : public detail::SettledClusterResolver {
  public:
   /// \throws InvalidArgumentError when a needed variable is missing or malformed (naming it), or
   /// when `jobs` does not account for exactly the step's tasks.
   explicit SlurmClusterResolver(std::map<std::string, int> jobs = {}, int port_base = 8888,
                                 std::string rpc_layer = "grpc");
-  ClusterSpec cluster_spec() const override { return cluster_; }
-  std::string task_type() const override { return task_type_; }
-  int task_id() const override { return task_id_; }
-  std::string rpc_layer() const override { return rpc_layer_; }
-
- private:
-  ClusterSpec cluster_;
-  std::string task_type_;
-  int task_id_ = 0;
-  std::string rpc_layer_;
 };
 
 namespace detail {

@@ -21,6 +21,7 @@
 
 #include <mirrored/checkpoint_manager.hpp>
 
+#include "fs_test_util.hpp"
 #include "gtest_util.hpp"
 #include "harness.hpp"
 #include "variables/optimizer_kinds.hpp"
@@ -161,17 +162,8 @@ inline void track_fake(checkpoint::CheckpointManager& m, const std::string& name
       m, name, [&it] { return it.save_state(); }, [&it](const std::string& s) { it.restore_state(s); });
 }
 
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-inline void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!out) throw std::runtime_error("cannot write " + path);
-}
+using testing::read_file;  // fs_test_util.hpp's
+using testing::write_file;
 
 /// The names in `dir`, sorted.
 inline std::vector<std::string> listing(const std::string& dir) {

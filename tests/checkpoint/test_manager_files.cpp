@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "checkpoint/manager_test_util.hpp"
+#include "child_process.hpp"
 
 namespace mirrored {
 namespace manager_files_test {
@@ -97,40 +98,26 @@ TEST_F(ManagerTest, KilledMidSaveTheRestartUsesThePreviousCheckpointAndTheNextSa
     const std::uint64_t kill_at = std::uniform_int_distribution<std::uint64_t>(1, total)(rng);
     const auto delay = std::chrono::microseconds(std::uniform_int_distribution<std::int64_t>(
         0, std::chrono::duration_cast<std::chrono::microseconds>(save_time).count() * 3 / 2)(rng));
-    int ready[2];
-    ASSERT_EQ(::pipe(ready), 0);
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ::close(ready[0]);
-      try {
-        Plain p(dir_);
-        p.big.assign(version(next));
-        p.step.assign(next);
-        if (self) {
-          g_kill_at = kill_at;
-          detail::set_checkpoint_fault_hook(kill_when_reached);
-        }
-        const char go = 'g';
-        if (::write(ready[1], &go, 1) != 1) ::_exit(3);
-        p.m.save(next);
-      } catch (...) {
-        ::_exit(2);
+    testing::ChildProcess child([&](const testing::ChildProcess::Ready& ready) {
+      Plain p(dir_);
+      p.big.assign(version(next));
+      p.step.assign(next);
+      if (self) {
+        g_kill_at = kill_at;
+        detail::set_checkpoint_fault_hook(kill_when_reached);
       }
-      ::_exit(0);
-    }
-    ::close(ready[1]);
-    char go = 0;
-    ASSERT_EQ(::read(ready[0], &go, 1), 1);
-    ::close(ready[0]);
+      ready();
+      p.m.save(next);
+      return 0;
+    });
+    ASSERT_TRUE(child.wait_ready());
     if (!self) {
       std::this_thread::sleep_for(delay);
-      ::kill(pid, SIGKILL);
+      child.kill();
     }
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    const bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-    ASSERT_TRUE(killed || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) << "status " << status;
+    const int status = child.wait();
+    const bool killed = testing::ChildProcess::killed_by(status, SIGKILL);
+    ASSERT_TRUE(killed || testing::ChildProcess::exited_with(status, 0)) << "status " << status;
     if (self) {
       ASSERT_TRUE(killed);
       if (!leftovers(dir_).empty()) ++self_kills_with_leftovers;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cluster/process_harness.hpp"
+#include "fs_test_util.hpp"
 
 namespace mirrored {
 namespace {
@@ -313,7 +314,7 @@ std::string fake_dump(int worker, int done, const std::string& identity) {
          "\"CPU:0\", \"entries\": [" + entries + "]}]}]}\n";
 }
 
-void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+using testing::write_file;  // fs_test_util.hpp's
 
 // Worker 1 wrote a dump in attempt 0 (behind at #4) and none in attempt 1, where worker 0 wrote
 // one: merging the two would blame worker 1 for attempt 0's state.

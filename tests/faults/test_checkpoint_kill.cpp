@@ -14,6 +14,7 @@
 
 #include <mirrored/variable_checkpoint.hpp>
 
+#include "child_process.hpp"
 #include "harness.hpp"
 #include "variables/checkpoint_test_util.hpp"
 
@@ -83,37 +84,23 @@ TEST_F(CheckpointKill, KilledAtRandomPointsThePreviousCheckpointAlwaysRestoresBi
     const std::uint64_t kill_at = std::uniform_int_distribution<std::uint64_t>(1, total)(rng);
     const auto delay = std::chrono::microseconds(std::uniform_int_distribution<std::int64_t>(
         0, std::chrono::duration_cast<std::chrono::microseconds>(save_time).count() * 3 / 2)(rng));
-    int ready[2];
-    ASSERT_EQ(::pipe(ready), 0);
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ::close(ready[0]);
+    testing::ChildProcess child([&](const testing::ChildProcess::Ready& ready) {
       if (self) {
         g_kill_at = kill_at;
         detail::set_checkpoint_fault_hook(kill_when_reached);
       }
-      const char go = 'g';
-      if (::write(ready[1], &go, 1) != 1) ::_exit(3);
-      try {
-        checkpoint::save_tensors(p, next);
-      } catch (...) {
-        ::_exit(2);
-      }
-      ::_exit(0);
-    }
-    ::close(ready[1]);
-    char go = 0;
-    ASSERT_EQ(::read(ready[0], &go, 1), 1);
-    ::close(ready[0]);
+      ready();
+      checkpoint::save_tensors(p, next);
+      return 0;
+    });
+    ASSERT_TRUE(child.wait_ready());
     if (!self) {
       std::this_thread::sleep_for(delay);
-      ::kill(pid, SIGKILL);
+      child.kill();
     }
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    const bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-    ASSERT_TRUE(killed || (WIFEXITED(status) && WEXITSTATUS(status) == 0))
+    const int status = child.wait();
+    const bool killed = testing::ChildProcess::killed_by(status, SIGKILL);
+    ASSERT_TRUE(killed || testing::ChildProcess::exited_with(status, 0))
         << "the saving child failed on its own (status " << status << ")";
     finished += killed ? 0 : 1;
 

@@ -16,6 +16,7 @@
 
 #include "conformance.hpp"
 #include "device/gpu/gpu_runtime.hpp"
+#include "gpu_test_util.hpp"
 #include "harness.hpp"
 
 namespace mirrored {
@@ -27,12 +28,10 @@ using ::testing::HasSubstr;
 class MultiGpu : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto gpus = list_logical_devices(DeviceType::GPU);
-    if (gpus.size() < 2) GTEST_SKIP() << "needs at least two GPUs (" << gpus.size() << " visible)";
-    for (std::size_t g = 0; g < gpus.size() && g < 4; ++g) {
-      gpu_specs_.push_back("GPU:" + std::to_string(g));
-      cpu_specs_.push_back("CPU:" + std::to_string(g));
-    }
+    auto gpus = testing::visible_gpus(2, 4);
+    if (!gpus.skip.empty()) GTEST_SKIP() << gpus.skip;
+    gpu_specs_ = std::move(gpus.gpus);
+    cpu_specs_ = std::move(gpus.cpus);
   }
   std::vector<std::string> gpu_specs_, cpu_specs_;
 };

@@ -13,6 +13,7 @@
 #include <mirrored/mirrored.hpp>
 
 #include "device/gpu/gpu_runtime.hpp"
+#include "gpu_test_util.hpp"
 #include "digits/train.hpp"
 #include "variables/optimizer_kinds.hpp"
 
@@ -24,9 +25,9 @@ const Device kGpu0(DeviceType::GPU, 0);
 class GpuOptimizer : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (list_logical_devices(DeviceType::GPU).empty()) GTEST_SKIP() << "no GPU visible to this process";
+    if (const auto gpus = testing::visible_gpus(); !gpus.skip.empty()) GTEST_SKIP() << gpus.skip;
   }
-  static bool simulated() { return std::string(detail::gpu_runtime().name()) == "simulated"; }
+  static bool simulated() { return testing::simulated_gpus(); }
 };
 
 std::vector<float> values(int n, int salt) {

@@ -11,6 +11,7 @@
 #include <mirrored/mirrored.hpp>
 
 #include "device/gpu/gpu_runtime.hpp"
+#include "gpu_test_util.hpp"
 
 namespace mirrored {
 namespace {
@@ -18,10 +19,11 @@ namespace {
 class GpuSharded : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const Device& d : list_logical_devices(DeviceType::GPU)) gpus_.push_back(d.to_string());
-    if (gpus_.empty()) GTEST_SKIP() << "no GPU visible to this process";
+    auto gpus = testing::visible_gpus();
+    if (!gpus.skip.empty()) GTEST_SKIP() << gpus.skip;
+    gpus_ = std::move(gpus.gpus);
   }
-  static bool simulated() { return std::string(detail::gpu_runtime().name()) == "simulated"; }
+  static bool simulated() { return testing::simulated_gpus(); }
   int n() const { return static_cast<int>(gpus_.size()); }
   std::vector<std::string> gpus_;
 };

@@ -23,6 +23,7 @@
 
 #include "collectives/ops_selection.hpp"
 #include "device/gpu/gpu_runtime.hpp"
+#include "gpu_test_util.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "variables/optimizer_kinds.hpp"
 
@@ -118,16 +119,14 @@ Result train(const std::vector<std::string>& devices, const std::shared_ptr<Cros
 class GpuShardedStep : public ::testing::TestWithParam<std::tuple<Kind, Packing>> {
  protected:
   void SetUp() override {
-    const auto gpus = list_logical_devices(DeviceType::GPU);
-    if (gpus.empty()) GTEST_SKIP() << "no GPU visible to this process";
-    for (std::size_t g = 0; g < gpus.size() && g < 4; ++g) {
-      gpus_.push_back("GPU:" + std::to_string(g));
-      cpus_.push_back("CPU:" + std::to_string(g));
-    }
+    auto gpus = testing::visible_gpus(1, 4);
+    if (!gpus.skip.empty()) GTEST_SKIP() << gpus.skip;
+    gpus_ = std::move(gpus.gpus);
+    cpus_ = std::move(gpus.cpus);
   }
   Kind kind() const { return std::get<0>(GetParam()); }
   Packing packing() const { return std::get<1>(GetParam()); }
-  static bool simulated() { return std::string(detail::gpu_runtime().name()) == "simulated"; }
+  static bool simulated() { return testing::simulated_gpus(); }
   int n() const { return static_cast<int>(gpus_.size()); }
   std::vector<std::string> gpus_, cpus_;
 };
@@ -179,11 +178,10 @@ INSTANTIATE_TEST_SUITE_P(
 // pieces (ncclReduce and ncclBroadcast per piece) and even ones (ncclReduceScatter and
 // ncclAllGather: every size a multiple of the replicas), equals the unsharded NCCL step bitwise.
 TEST(GpuShardedStepNccl, EvenAndUnevenPiecesGiveTheUnshardedBits) {
-  const auto gpus = list_logical_devices(DeviceType::GPU);
-  if (gpus.size() < 2) GTEST_SKIP() << "needs at least two GPUs (" << gpus.size() << " visible)";
+  const auto gpus = testing::visible_gpus(2, 4);
+  if (!gpus.skip.empty()) GTEST_SKIP() << gpus.skip;
   if (!detail::nccl_can_run()) GTEST_SKIP() << "NCCL cannot serve these GPUs (" << detail::gpu_runtime().name() << ")";
-  std::vector<std::string> devices;
-  for (std::size_t g = 0; g < gpus.size() && g < 4; ++g) devices.push_back("GPU:" + std::to_string(g));
+  const std::vector<std::string>& devices = gpus.gpus;
   const auto n = static_cast<int64_t>(devices.size());
   for (const int64_t size : {int64_t{12} * n * 1024, int64_t{12} * n * 1024 + 1}) {
     auto run = [&](bool sharded) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "fs_test_util.hpp"
 #include "mirrored/timeline.hpp"
 #include "util/json.hpp"
 
@@ -50,13 +51,7 @@ inline int64_t to_ns(const json::Value& v) {
   return static_cast<int64_t>(std::llround(v.as_double() * 1000.0));
 }
 
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << path;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::read_file;  // fs_test_util.hpp's
 
 // A parsed trace: the document (events point into it) and its events, checked for the format.
 struct Trace {

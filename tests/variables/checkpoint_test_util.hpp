@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "fs_test_util.hpp"
 #include "gtest_util.hpp"
 #include "mirrored/checkpoint.hpp"
 #include "mirrored/device.hpp"
@@ -40,18 +41,6 @@ using mirrored::testing::error_of;
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-inline void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!out) throw std::runtime_error("cannot write " + path);
-}
 
 /// A safetensors file: 8-byte little-endian length, `header` (not padded), `data`.
 inline std::string make_file(const std::string& header, const std::string& data) {

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "child_process.hpp"
 #include "variables/checkpoint_test_util.hpp"
 
 namespace mirrored {
@@ -74,21 +75,14 @@ TEST_F(CheckpointFormat, CrashHalfWayKeepsTheOldCheckpointAndTheNextSaveWorks) {
   const std::string before = read_file(p);
 
   // A child process starts saving new values and dies (as by a crash or kill -9) half way.
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
+  testing::ChildProcess child([&](const testing::ChildProcess::Ready&) {
     detail::set_checkpoint_fault_hook(exit_half_way);
-    try {
-      checkpoint::save_tensors(p, three_chunk_tensors(2.5f));
-    } catch (...) {
-      ::_exit(2);
-    }
-    ::_exit(1);  // the hook did not fire
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  ASSERT_EQ(WEXITSTATUS(status), 42) << "the child did not die half way through the save";
+    checkpoint::save_tensors(p, three_chunk_tensors(2.5f));
+    return 1;  // the hook did not fire
+  });
+  const int status = child.wait();
+  ASSERT_TRUE(testing::ChildProcess::exited_with(status, 42))
+      << "the child did not die half way through the save (status " << status << ")";
 
   // The previous checkpoint is untouched, byte for byte, and loads.
   EXPECT_EQ(read_file(p), before);
@@ -131,14 +125,13 @@ TEST_F(CheckpointFormat, ConcurrentSaveToTheSamePathIsRefused) {
   const std::string lock = detail::checkpoint_lock_path(p);
   const int fd = ::open(lock.c_str(), O_WRONLY | O_CREAT, 0644);
   ASSERT_GE(fd, 0);
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {  // flock locks belong to the open file, so lock it from another process
+  // flock locks belong to the open file, so lock it from another process.
+  testing::ChildProcess child([&](const testing::ChildProcess::Ready&) {
     const int cfd = ::open(lock.c_str(), O_WRONLY);
-    if (cfd < 0 || ::flock(cfd, LOCK_EX) != 0) ::_exit(1);
+    if (cfd < 0 || ::flock(cfd, LOCK_EX) != 0) return 1;
     ::sleep(30);
-    ::_exit(0);
-  }
+    return 0;
+  });
   // Wait until the child holds the lock.
   bool locked = false;
   for (int i = 0; i < 500 && !locked; ++i) {
@@ -157,9 +150,8 @@ TEST_F(CheckpointFormat, ConcurrentSaveToTheSamePathIsRefused) {
                 AllOf(HasSubstr(p), HasSubstr("another save to this path is in progress")));
     EXPECT_EQ(read_file(p), before);
   }
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  child.kill();
+  child.wait();
   ASSERT_TRUE(locked) << "the child never took the lock";
   // With the other saver gone, saving works again.
   checkpoint::save_tensors(p, {{"w", untyped(Tensor<float>{2.0f})}});

@@ -86,16 +86,31 @@ Coordinator::Coordinator(const ClusterLayout& layout, double timeout_s, int loca
   const auto deadline = net::deadline_after(timeout_s);
   job_id_ = env_or("MIRRORED_JOB_ID", default_job_id(layout_));
   start_store(timeout_s);
+  join(deadline, local_replicas, device_kind, [&](const TransportJob& job, Clock::time_point by) {
+    const auto [host, port] = net::split_host_port(layout_.addresses[static_cast<std::size_t>(rank())], name(rank()));
+    (void)port;
+    if (auto shm = allow_shared_memory ? make_shm_transport_if_same_host(job, by) : nullptr) return shm;
+    return make_gloo_transport(job.store, job.prefix, host, rank(), num_workers(), by);
+  });
+}
+
+Coordinator::Coordinator(const ClusterLayout& layout, double timeout_s, int local_replicas, std::string device_kind,
+                         std::unique_ptr<KeyValueStore> store, const std::string& generation,
+                         const TransportFactory& make_transport)
+    : layout_(layout), timeout_s_(timeout_s) {
+  const auto deadline = net::deadline_after(timeout_s);
+  job_id_ = env_or("MIRRORED_JOB_ID", default_job_id(layout_));
+  store_ = std::move(store);
+  prefix_ = job_id_ + "/" + generation + "/";
+  join(deadline, local_replicas, device_kind, make_transport);
+}
+
+void Coordinator::join(Clock::time_point deadline, int local_replicas, const std::string& device_kind,
+                       const TransportFactory& make_transport) {
   meet(deadline, local_replicas, device_kind);
-  const auto [host, port] = net::split_host_port(layout_.addresses[static_cast<std::size_t>(rank())], name(rank()));
-  (void)port;
   const TransportJob job{
       .store = *store_, .prefix = prefix_, .rank = rank(), .workers = infos_, .names = layout_.names};
-  if (auto shm = allow_shared_memory ? make_shm_transport_if_same_host(job, deadline) : nullptr) {
-    transport_ = std::move(shm);
-  } else {
-    transport_ = make_gloo_transport(*store_, prefix_, host, rank(), num_workers(), deadline);
-  }
+  transport_ = make_transport(job, deadline);
   MIRRORED_LOG(info, "MultiWorkerMirroredStrategy: ", name(rank()), " joined a job of ", num_workers(), " workers (",
                store_->describe(), "; cross-worker transport: ", transport_->name(), ")");
   monitor_ = std::thread([this] { monitor_loop(); });

@@ -48,6 +48,15 @@ class Coordinator {
   /// store or transport throws.
   Coordinator(const ClusterLayout& layout, double timeout_s, int local_replicas, std::string device_kind,
               bool allow_shared_memory);
+
+  /// Makes the cross-worker transport once every worker has joined, by `deadline`.
+  using TransportFactory = std::function<std::unique_ptr<WorkerTransport>(const TransportJob&, Clock::time_point)>;
+  /// Joins as above, through `store` (watched by polling, as a `file:` store is) whose keys of
+  /// this attempt start with the job id, then `generation`; `make_transport` connects the
+  /// workers. The seam for tests, whose doubles make the store or the transport fail.
+  Coordinator(const ClusterLayout& layout, double timeout_s, int local_replicas, std::string device_kind,
+              std::unique_ptr<KeyValueStore> store, const std::string& generation,
+              const TransportFactory& make_transport);
   ~Coordinator();
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
@@ -104,6 +113,9 @@ class Coordinator {
   // Waits for `keys` (the workers' joins) until `deadline`; returns those missing. \throws
   // InvalidArgumentError when the store has a start-up error (workers configured differently).
   std::vector<std::string> wait_for_workers(const std::vector<std::string>& keys, Clock::time_point deadline);
+  // Meets the other workers through store_ and connects them with `make_transport`; then watches.
+  void join(Clock::time_point deadline, int local_replicas, const std::string& device_kind,
+            const TransportFactory& make_transport);
   void meet(Clock::time_point deadline, int local_replicas, const std::string& device_kind);
   void monitor_loop();
   // Records `notice` as this worker's failure (first one wins) and interrupts the transport.

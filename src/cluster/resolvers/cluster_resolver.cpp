@@ -45,10 +45,7 @@ TFConfigClusterResolver::TFConfigClusterResolver(std::optional<std::string> task
 
 SimpleClusterResolver::SimpleClusterResolver(ClusterSpec cluster_spec, std::string task_type, int task_id,
                                              std::string rpc_layer)
-    : cluster_(std::move(cluster_spec)),
-      task_type_(std::move(task_type)),
-      task_id_(task_id),
-      rpc_layer_(std::move(rpc_layer)) {}
+    : SettledClusterResolver(std::move(cluster_spec), std::move(task_type), task_id, std::move(rpc_layer)) {}
 
 // ---------------------------------------------------------------------------------------------
 // Slurm.
@@ -165,7 +162,7 @@ std::string env_of(std::initializer_list<const char*> names, const char** used) 
 }  // namespace
 
 SlurmClusterResolver::SlurmClusterResolver(std::map<std::string, int> jobs, int port_base, std::string rpc_layer)
-    : rpc_layer_(std::move(rpc_layer)) {
+    : SettledClusterResolver({}, "", 0, std::move(rpc_layer)) {
   const char* used = nullptr;
   const int rank = detail::parse_count(env_of({"SLURM_PROCID"}, &used), used);
   const int num_tasks = detail::parse_count(env_of({"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"}, &used), used);

@@ -65,15 +65,17 @@ void wait_or_defer_completion(const std::shared_ptr<Comms>& comms, int me, CudaB
 
 namespace {
 
-// Which replica GPU each replica's tensors of a leaf live on, or -1 when the leaf is not all on
-// GPUs. `home` collects each replica's GPU (the first seen); a leaf elsewhere does not qualify.
-bool leaf_on_replica_gpus(const std::vector<const UntypedTensor*>& tensors_by_replica_flat, int per_replica,
-                          std::vector<int>& home) {
+// Whether leaf `leaf` of every replica's inputs and outputs is on that replica's GPU, the check
+// every NCCL call makes before choosing NCCL (every replica decides from the same posts, so all
+// take the same path). `home` (one entry per replica) collects each replica's GPU index; a leaf
+// on the host, on two GPUs of one replica, or on other GPUs than `home` already holds does not
+// qualify (and leaves `home` as it was).
+bool leaf_on_replica_gpus(const CollectiveStep& step, std::size_t leaf, std::vector<int>& home) {
   const int n = static_cast<int>(home.size());
   std::vector<int> idx(n, -1);
   for (int r = 0; r < n; ++r) {
-    for (int k = 0; k < per_replica; ++k) {
-      const Device& d = tensors_by_replica_flat[static_cast<std::size_t>(r * per_replica + k)]->device();
+    for (const UntypedTensor* t : {&step.inputs(r)[leaf], &step.outputs(r)[leaf]}) {
+      const Device& d = t->device();
       if (d.is_host()) return false;
       if (idx[r] < 0) idx[r] = d.index();
       if (idx[r] != d.index()) return false;
@@ -104,6 +106,28 @@ std::vector<int> physical_of(const std::vector<int>& logical, const char* what) 
   }
   return physical;
 }
+
+// What a replica's collective does once it chose NCCL, the same for all_reduce, all_gather and
+// reduce_scatter: the communicators of the replicas' GPUs (`home`, logical), acquired within the
+// step's deadline, which then bounds the whole collective; and this replica's GPU made current
+// until the collective ends. `Impl` is NcclAllReduce's.
+struct NcclCall {
+  template <class Impl>
+  NcclCall(Impl& impl, CollectiveStep& step, const std::vector<int>& home, const char* what)
+      : physical(physical_of(home, what)),
+        started(Clock::now()),
+        comms(impl.acquire(home, physical, step.timeout_seconds(), step.aborted(), what)),
+        limits(Limits::until(step.deadline(), started, &step)),
+        be(detail::cuda_backend(home[static_cast<std::size_t>(step.replica())])),
+        guard(be.physical(), be.device()) {}
+
+  std::vector<int> physical;
+  Clock::time_point started;
+  std::shared_ptr<Comms> comms;
+  Limits limits;
+  CudaBackend& be;
+  detail::CudaDeviceGuard guard;
+};
 
 // One rank's part of a packed NCCL all-reduce: leaf k is `ins[k]` -> `outs[k]` (on the rank's
 // GPU); a concatenated pack gets its own input and output buffers, filled before the NCCL calls
@@ -266,22 +290,15 @@ void NcclAllReduce::all_reduce(ReduceOp op, CollectiveStep& step) {
   std::vector<std::size_t> on_gpus, elsewhere;
   for (std::size_t i = 0; i < leaves; ++i) {
     if (step.inputs(0)[i].numel == 0) continue;
-    std::vector<const UntypedTensor*> flat;
-    for (int r = 0; r < n; ++r) {
-      flat.push_back(&step.inputs(r)[i]);
-      flat.push_back(&step.outputs(r)[i]);
-    }
-    (leaf_on_replica_gpus(flat, 2, home) ? on_gpus : elsewhere).push_back(i);
+    (leaf_on_replica_gpus(step, i, home) ? on_gpus : elsewhere).push_back(i);
   }
   if (!elsewhere.empty()) detail::all_reduce_via_first(op, step, elsewhere);
   if (on_gpus.empty()) return;
 
-  const std::vector<int> physical = physical_of(home, "all_reduce");
-  const auto started = Clock::now();
-  std::shared_ptr<Comms> comms = impl_->acquire(home, physical, step.timeout_seconds(), step.aborted(), "all_reduce");
-  const Limits limits = Limits::until(step.deadline(), started, &step);  // one deadline for the whole collective
-  CudaBackend& be = detail::cuda_backend(home[me]);
-  detail::CudaDeviceGuard guard(be.physical(), be.device());
+  NcclCall call(*impl_, step, home, "all_reduce");
+  const std::shared_ptr<Comms>& comms = call.comms;
+  const Limits& limits = call.limits;
+  CudaBackend& be = call.be;
   std::vector<const UntypedTensor*> ins, outs;
   std::vector<detail::PackLeaf> described;
   for (std::size_t i : on_gpus) {
@@ -382,16 +399,11 @@ void NcclAllReduce::all_gather(int axis, CollectiveStep& step) {
   for (std::size_t i = 0; i < outs.size(); ++i) {
     std::vector<const UntypedTensor*> parts;
     for (int r = 0; r < n; ++r) parts.push_back(&step.inputs(r)[i]);
-    // NCCL when every replica's input and output are on that replica's GPU. Every replica decides
-    // from the same posts (all outputs exist before the call), so all take the same path.
-    std::vector<const UntypedTensor*> flat;
-    for (int r = 0; r < n; ++r) {
-      flat.push_back(&step.inputs(r)[i]);
-      flat.push_back(&step.outputs(r)[i]);
-    }
+    // NCCL when every replica's input and output are on that replica's GPU (all outputs exist
+    // before the call).
     std::vector<int> h(n, -1);
     const bool nccl =
-        n >= impl_->min_ranks() && outs[i].numel > 0 && leaf_on_replica_gpus(flat, 2, h) && (home.empty() || h == home);
+        n >= impl_->min_ranks() && outs[i].numel > 0 && leaf_on_replica_gpus(step, i, h) && (home.empty() || h == home);
     if (!nccl) {
       detail::concat_into(parts, axis, outs[i]);
       continue;
@@ -415,12 +427,10 @@ void NcclAllReduce::all_gather(int axis, CollectiveStep& step) {
   }
   if (gathers.empty()) return;
   // Every tensor goes out in one NCCL group, with one completion wait, whatever their number.
-  const std::vector<int> physical = physical_of(home, "all_gather");
-  const auto started = Clock::now();
-  std::shared_ptr<Comms> comms = impl_->acquire(home, physical, step.timeout_seconds(), step.aborted(), "all_gather");
-  const Limits limits = Limits::until(step.deadline(), started, &step);  // one deadline for the whole collective
-  CudaBackend& be = detail::cuda_backend(home[me]);
-  detail::CudaDeviceGuard guard(be.physical(), be.device());
+  NcclCall call(*impl_, step, home, "all_gather");
+  const std::shared_ptr<Comms>& comms = call.comms;
+  const Limits& limits = call.limits;
+  CudaBackend& be = call.be;
   const cudaStream_t stream = be.stream_for_call();
   for (Gather& g : gathers) {
     if (g.outer == 1 && g.equal) continue;
@@ -475,26 +485,18 @@ void NcclAllReduce::reduce_scatter(ReduceOp op, CollectiveStep& step) {
   const int me = step.replica();
   const UntypedTensor& in = step.inputs(me)[0];
   const UntypedTensor& out = step.outputs(me)[0];
-  // NCCL when every replica's input and output are on that replica's GPU (every replica decides
-  // from the same posts, so all take the same path); else the generic sum of each piece.
-  std::vector<const UntypedTensor*> flat;
-  for (int r = 0; r < n; ++r) {
-    flat.push_back(&step.inputs(r)[0]);
-    flat.push_back(&step.outputs(r)[0]);
-  }
+  // NCCL when every replica's input and output are on that replica's GPU; else the generic sum of
+  // each piece.
   std::vector<int> home(n, -1);
-  if (n < impl_->min_ranks() || in.numel == 0 || !leaf_on_replica_gpus(flat, 2, home)) {
+  if (n < impl_->min_ranks() || in.numel == 0 || !leaf_on_replica_gpus(step, 0, home)) {
     CrossDeviceOps::reduce_scatter(op, step);
     return;
   }
   const std::vector<int64_t>& split = step.split();
-  const std::vector<int> physical = physical_of(home, "reduce_scatter");
-  const auto started = Clock::now();
-  std::shared_ptr<Comms> comms =
-      impl_->acquire(home, physical, step.timeout_seconds(), step.aborted(), "reduce_scatter");
-  const Limits limits = Limits::until(step.deadline(), started, &step);  // one deadline for the whole collective
-  CudaBackend& be = detail::cuda_backend(home[me]);
-  detail::CudaDeviceGuard guard(be.physical(), be.device());
+  NcclCall call(*impl_, step, home, "reduce_scatter");
+  const std::shared_ptr<Comms>& comms = call.comms;
+  const Limits& limits = call.limits;
+  CudaBackend& be = call.be;
   const cudaStream_t stream = be.stream_for_call();
   const DType dtype = in.dtype;
   // ncclAvg as the all-reduce uses it: exact only for a power of two of floats.

@@ -82,26 +82,23 @@ std::unique_ptr<Stream> Backend::make_stream(const char* what) {
                                   });
 }
 
-Stream& Backend::stream(StreamKind kind) {
-  if (kind == StreamKind::compute) return *compute_;
-  if (Stream* s = communication_.load(std::memory_order_acquire)) return *s;
+Stream& Backend::stream_made_on_first_use(std::atomic<Stream*>& published, std::unique_ptr<Stream>& owner,
+                                          const char* what) {
+  if (Stream* s = published.load(std::memory_order_acquire)) return *s;
   std::lock_guard lock(streams_mu_);
-  if (!communication_owner_) {
-    communication_owner_ = make_stream("communication");
-    communication_.store(communication_owner_.get(), std::memory_order_release);
+  if (!owner) {
+    owner = make_stream(what);
+    published.store(owner.get(), std::memory_order_release);
   }
-  return *communication_owner_;
+  return *owner;
 }
 
-Stream& Backend::copy_stream() {
-  if (Stream* s = copy_.load(std::memory_order_acquire)) return *s;
-  std::lock_guard lock(streams_mu_);
-  if (!copy_owner_) {
-    copy_owner_ = make_stream("copy");
-    copy_.store(copy_owner_.get(), std::memory_order_release);
-  }
-  return *copy_owner_;
+Stream& Backend::stream(StreamKind kind) {
+  if (kind == StreamKind::compute) return *compute_;
+  return stream_made_on_first_use(communication_, communication_owner_, "communication");
 }
+
+Stream& Backend::copy_stream() { return stream_made_on_first_use(copy_, copy_owner_, "copy"); }
 
 Stream& Backend::stream_for_call() {
   check_gpu_usable(logical_, chip_.physical());

@@ -138,6 +138,8 @@ class Backend final : public GpuBackend {
   // Throws the stream's failure (a sticky error: the chip is then unusable).
   void check_stream(const Stream& s, const char* op) const;
   std::unique_ptr<Stream> make_stream(const char* what);
+  // The stream `owner` holds, made (`what`) and published by the first caller.
+  Stream& stream_made_on_first_use(std::atomic<Stream*>& published, std::unique_ptr<Stream>& owner, const char* what);
   // An integer division by zero found on a stream (sticky until raised), with the replica whose
   // kernel found it: only a synchronize of that replica (or of a thread outside every replica)
   // raises it.
