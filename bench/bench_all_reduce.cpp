@@ -42,9 +42,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <optional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 

@@ -92,8 +92,8 @@ void BM_ApplyGradients(benchmark::State& state) {
     state.SetIterationTime(step);
   }
   const double two_n = 2.0 * n;
-  const double floors[7] = {1, 1, 1, (two_n + 1) / two_n, (two_n + 1) / two_n, (4.0 * n + 3) / two_n,
-                            (two_n + 5) / two_n};
+  const double floors[7] = {
+      1, 1, 1, (two_n + 1) / two_n, (two_n + 1) / two_n, (4.0 * n + 3) / two_n, (two_n + 5) / two_n};
   const char* names[7] = {"anchor", "reduce_pk", "reduce_un", "sgd", "sgd_un", "adam", "adam_sh"};
   state.counters["anchor_ms"] = 1e3 * t[0] / static_cast<double>(state.iterations());
   for (int i = 1; i < 7; ++i) {

@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
     std::size_t k = 0;
     for (const auto& [fx, fy] : train_ds) {
       const int64_t r = k < order.size() ? order[k] : -1;
-      if (r < 0 || fy.item() != y[r] || std::memcmp(fx.data(), x + r * digits::kFeatures, sizeof(float) * digits::kFeatures)) {
+      if (r < 0 || fy.item() != y[r] ||
+          std::memcmp(fx.data(), x + r * digits::kFeatures, sizeof(float) * digits::kFeatures)) {
         std::cerr << "e2e_digits_setup: epoch " << e + 1 << ", element " << k
                   << ": the order of range(n).shuffle differs from the shuffled training set's\n";
         return 1;

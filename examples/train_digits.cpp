@@ -330,7 +330,8 @@ int main(int argc, char** argv) {
     }
     if (result.resumed_at_step > 0)
       std::printf("resumed from the checkpoint of step %lld\n", static_cast<long long>(result.resumed_at_step));
-    if (!result.final_checkpoint.empty()) std::printf("saved the finished training to %s\n", result.final_checkpoint.c_str());
+    if (!result.final_checkpoint.empty())
+      std::printf("saved the finished training to %s\n", result.final_checkpoint.c_str());
     std::printf("held-out accuracy: %.2f%% (%lld examples) after %d epochs in %.2f s\n", 100 * result.test_accuracy,
                 static_cast<long long>(split.test.size()), args.cfg.epochs, result.seconds);
     if (args.cfg.eval_every_epoch)

@@ -27,7 +27,8 @@ struct VisibleGpus {
 inline VisibleGpus visible_gpus(std::size_t min = 1, std::size_t max = std::numeric_limits<std::size_t>::max()) {
   VisibleGpus out;
   const auto gpus = list_logical_devices(DeviceType::GPU);
-  if (gpus.empty() && min == 1) out.skip = "no GPU visible to this process";
+  if (gpus.empty() && min == 1)
+    out.skip = "no GPU visible to this process";
   else if (gpus.size() < min)
     out.skip = "needs at least " + std::to_string(min) + " GPUs (" + std::to_string(gpus.size()) + " visible)";
   for (std::size_t g = 0; g < gpus.size() && g < max; ++g) {

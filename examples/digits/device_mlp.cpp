@@ -76,9 +76,8 @@ bool device_mlp_available(const mirrored::Device& device) noexcept {
 DeviceMlpStep device_mlp_loss_and_grads(const MlpParams& p, const Tensor<float>& x, const Tensor<int32_t>& y) {
   constexpr int I = static_cast<int>(kMlpInputs), H = static_cast<int>(kMlpHidden), O = static_cast<int>(kMlpOutputs);
   MIRRORED_ENFORCE(x.rank() == 2 && x.shape()[1] == kMlpInputs && y.rank() == 1 && y.shape()[0] == x.shape()[0],
-                   mirrored::InvalidArgumentError, "digits device MLP: features of shape ",
-                   shape_string(x.shape()), " and labels of shape ",
-                   shape_string(y.shape()), ", expected (batch, 64) and (batch,)");
+                   mirrored::InvalidArgumentError, "digits device MLP: features of shape ", shape_string(x.shape()),
+                   " and labels of shape ", shape_string(y.shape()), ", expected (batch, 64) and (batch,)");
   const mirrored::Device device = x.device();
   check_on("the labels", y.device(), device);
   const auto names = MlpParams::names();

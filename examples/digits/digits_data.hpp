@@ -15,8 +15,8 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <sstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -121,8 +121,7 @@ inline std::string read_gzip_file(const std::string& path) {
   if (!raw) {
     const int err = errno;
     if (err == ENOENT) throw mirrored::NotFoundError(concat(path, ": no such file"));
-    throw mirrored::InvalidArgumentError(
-        concat(path, ": cannot open: ", err ? std::strerror(err) : "out of memory"));
+    throw mirrored::InvalidArgumentError(concat(path, ": cannot open: ", err ? std::strerror(err) : "out of memory"));
   }
   std::unique_ptr<gzFile_s, int (*)(gzFile)> file(raw, gzclose);
   std::string out;
@@ -136,8 +135,8 @@ inline std::string read_gzip_file(const std::string& path) {
   int err = Z_OK;
   const char* msg = gzerror(file.get(), &err);
   if (err != Z_OK && err != Z_STREAM_END)
-    throw mirrored::InvalidArgumentError(concat(
-        path, ": corrupt or truncated gzip data: ", err == Z_ERRNO ? std::strerror(errno) : msg));
+    throw mirrored::InvalidArgumentError(
+        concat(path, ": corrupt or truncated gzip data: ", err == Z_ERRNO ? std::strerror(errno) : msg));
   return out;
 }
 

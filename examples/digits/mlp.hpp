@@ -104,19 +104,16 @@ void check_params(const MlpParamsT<T>& p) {
   const auto tensors = p.tensors();
   for (std::size_t i = 0; i < tensors.size(); ++i)
     MIRRORED_ENFORCE(tensors[i].shape() == shapes[i], mirrored::InvalidArgumentError, "digits MLP: parameter ",
-                     names[i], " has shape ", shape_string(tensors[i].shape()), ", expected ",
-                     shape_string(shapes[i]));
+                     names[i], " has shape ", shape_string(tensors[i].shape()), ", expected ", shape_string(shapes[i]));
 }
 
 template <class T>
 void check_batch(const mirrored::Tensor<T>& x, const mirrored::Tensor<int32_t>* y) {
   MIRRORED_ENFORCE(x.rank() == 2 && x.shape()[1] == kMlpInputs, mirrored::InvalidArgumentError,
-                   "digits MLP: features have shape ", shape_string(x.shape()), ", expected (batch, ",
-                   kMlpInputs, ")");
+                   "digits MLP: features have shape ", shape_string(x.shape()), ", expected (batch, ", kMlpInputs, ")");
   if (!y) return;
   MIRRORED_ENFORCE(y->rank() == 1 && y->shape()[0] == x.shape()[0], mirrored::InvalidArgumentError,
-                   "digits MLP: labels have shape ", shape_string(y->shape()), ", expected (",
-                   x.shape()[0], ",)");
+                   "digits MLP: labels have shape ", shape_string(y->shape()), ", expected (", x.shape()[0], ",)");
 }
 
 /// The forward pass: pre-activations of the hidden layer and the logits.

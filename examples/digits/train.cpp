@@ -153,21 +153,21 @@ TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainCo
   // a pair of tensors per row.
   const float* train_x = data.train.features.data();
   const int32_t* train_y = data.train.labels.data();
-  const auto dataset = data::Dataset<>::range(train_n)
-                           .shuffle(train_n, cfg.seed)
-                           .batch(cfg.global_batch)
-                           .map([train_x, train_y](const Tensor<int64_t>& rows) {
-                             const int64_t b = rows.numel();
-                             auto x = Tensor<float>::empty({b, kFeatures});
-                             auto y = Tensor<int32_t>::empty({b});
-                             const int64_t* r = rows.data();
-                             for (int64_t i = 0; i < b; ++i) {
-                               std::memcpy(x.data() + i * kFeatures, train_x + r[i] * kFeatures,
-                                           sizeof(float) * kFeatures);
-                               y.data()[i] = train_y[r[i]];
-                             }
-                             return std::make_tuple(x, y);
-                           });
+  const auto dataset =
+      data::Dataset<>::range(train_n)
+          .shuffle(train_n, cfg.seed)
+          .batch(cfg.global_batch)
+          .map([train_x, train_y](const Tensor<int64_t>& rows) {
+            const int64_t b = rows.numel();
+            auto x = Tensor<float>::empty({b, kFeatures});
+            auto y = Tensor<int32_t>::empty({b});
+            const int64_t* r = rows.data();
+            for (int64_t i = 0; i < b; ++i) {
+              std::memcpy(x.data() + i * kFeatures, train_x + r[i] * kFeatures, sizeof(float) * kFeatures);
+              y.data()[i] = train_y[r[i]];
+            }
+            return std::make_tuple(x, y);
+          });
   // One pass over every epoch: `repeat` reopens the shuffled range, which reshuffles it, so the
   // batches are those of one pass per epoch; one iterator is what a checkpoint can resume.
   const auto dist = strategy.experimental_distribute_dataset(dataset.repeat(cfg.epochs));
@@ -188,7 +188,9 @@ TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainCo
     return mlp_accuracy(p, data.test.features, data.test.labels);
   };
   using Clock = std::chrono::steady_clock;
-  const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
   const auto first_epoch_start = Clock::now();
   int64_t done = result.resumed_at_step;  // steps over all epochs
   for (int epoch = static_cast<int>(done / steps) + 1; epoch <= cfg.epochs; ++epoch) {

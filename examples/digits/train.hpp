@@ -77,9 +77,9 @@ struct TrainResult {
   std::vector<mirrored::Variable<float>> variables;  // dense/kernel, dense/bias, dense_1/kernel, dense_1/bias
   double test_accuracy = 0;
   double final_loss = 0;
-  double seconds = 0;        // all of train(): building the model and the final evaluation included
-  double train_seconds = 0;  // the training loop only (as EpochReport::train_seconds)
-  int64_t examples = 0;      // examples trained on, over all epochs (since the resume, if any)
+  double seconds = 0;            // all of train(): building the model and the final evaluation included
+  double train_seconds = 0;      // the training loop only (as EpochReport::train_seconds)
+  int64_t examples = 0;          // examples trained on, over all epochs (since the resume, if any)
   int64_t resumed_at_step = 0;   // with TrainConfig::checkpoint_dir: the step training resumed from
   std::string final_checkpoint;  // with TrainConfig::checkpoint_dir: the checkpoint of the finished training
 };

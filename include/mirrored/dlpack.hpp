@@ -57,8 +57,8 @@ inline std::string describe_dlpack_dtype(const DLDataType& t) {
   std::string out = str_cat("{code ", unsigned{t.code});
   if (t.code < sizeof(kCodes) / sizeof(kCodes[0])) out += str_cat(" (", kCodes[t.code], ")");
   out += str_cat(", bits ", unsigned{t.bits}, ", lanes ", unsigned{t.lanes}, "}");
-  for (DType d : {DType::float32, DType::float64, DType::int32, DType::int64, DType::uint8, DType::float16,
-                  DType::bfloat16}) {
+  for (DType d :
+       {DType::float32, DType::float64, DType::int32, DType::int64, DType::uint8, DType::float16, DType::bfloat16}) {
     const auto m = dlpack_dtype(d);
     if (m->code == t.code && m->bits == t.bits && m->lanes == t.lanes) return out + " = " + dtype_name(d);
   }

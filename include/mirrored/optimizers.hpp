@@ -644,8 +644,8 @@ void Optimizer<T>::apply_gradients(const GradsAndVars<T>& grads_and_vars, bool s
                                   vars[0].name() + "' and '" + v.name() + "' of different strategies");
   }
   // A variable made outside every scope has one copy: every replica would update it at once.
-  MIRRORED_ENFORCE(owner || !detail::in_replica_thread(), FailedPreconditionError,
-                   "apply_gradients inside run of ", get_strategy().name(), ": variable '", vars[0].name(),
+  MIRRORED_ENFORCE(owner || !detail::in_replica_thread(), FailedPreconditionError, "apply_gradients inside run of ",
+                   get_strategy().name(), ": variable '", vars[0].name(),
                    "' was made outside the strategy's scope, so it has one copy that every replica would update at "
                    "once; make it inside strategy.scope()");
   MIRRORED_ENFORCE(fused || !shard_optimizer_state_, UnimplementedError,

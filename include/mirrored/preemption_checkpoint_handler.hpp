@@ -37,8 +37,7 @@ class PreemptionCheckpointHandler {
   /// and starts watching for SIGTERM, until destroyed (then the previous SIGTERM disposition is back).
   /// Every worker of a multi-worker job makes one, in the same order as its other collectives.
   /// \throws InvalidArgumentError when `save_every_steps < 0`; what `restore_or_initialize` throws.
-  PreemptionCheckpointHandler(Strategy& strategy, checkpoint::CheckpointManager& manager,
-                              int64_t save_every_steps = 0);
+  PreemptionCheckpointHandler(Strategy& strategy, checkpoint::CheckpointManager& manager, int64_t save_every_steps = 0);
   ~PreemptionCheckpointHandler();
   PreemptionCheckpointHandler(const PreemptionCheckpointHandler&) = delete;
   PreemptionCheckpointHandler& operator=(const PreemptionCheckpointHandler&) = delete;

@@ -218,8 +218,8 @@ void CollectiveGroup::wait_slowly(int replica, uint64_t gen, const Deadline& unt
     for (int q = 0; q < n_ && give_up.empty(); ++q) {
       if (arrived_gen_[q].load(std::memory_order_relaxed) != gen + 1 && finished_[q]) {
         give_up = str_cat("Some replicas made a different number of collective or merge_call calls: replica ", q,
-                          " returned from the replica function after ", calls_[q],
-                          " collective calls, while replica ", replica, " waits in ", describe_call(replica));
+                          " returned from the replica function after ", calls_[q], " collective calls, while replica ",
+                          replica, " waits in ", describe_call(replica));
       }
     }
     const auto now = std::chrono::steady_clock::now();

@@ -58,8 +58,9 @@ void sum_range_on(const std::vector<const UntypedTensor*>& parts, int64_t begin,
 }
 
 Shape reduce_scatter_piece(const UntypedTensor& in, int replica, int num_replicas, std::vector<int64_t>& split) {
-  MIRRORED_ENFORCE(!in.shape.empty(), InvalidArgumentError, "reduce_scatter on replica ", replica,
-                   ": a rank-0 value has no rows to scatter; reduce_scatter needs rank >= 1 (reshape it to (1,) first)");
+  MIRRORED_ENFORCE(
+      !in.shape.empty(), InvalidArgumentError, "reduce_scatter on replica ", replica,
+      ": a rank-0 value has no rows to scatter; reduce_scatter needs rank >= 1 (reshape it to (1,) first)");
   const int64_t rows = in.shape[0];
   const int64_t row = rows == 0 ? 0 : in.numel / rows;
   split.clear();

@@ -38,8 +38,8 @@ void agree_reduction(const CollectiveGroup& group, const char* what) {
       const auto& a = (*first.inputs)[i];
       const auto& b = (*other.inputs)[i];
       const std::string which = first.inputs->size() > 1 ? str_cat(" (tensor ", i, " of the nest)") : "";
-      MIRRORED_ENFORCE(a.dtype == b.dtype, InvalidArgumentError, what, ": replica 0 passed dtype ",
-                       dtype_name(a.dtype), " but replica ", r, " passed dtype ", dtype_name(b.dtype), which);
+      MIRRORED_ENFORCE(a.dtype == b.dtype, InvalidArgumentError, what, ": replica 0 passed dtype ", dtype_name(a.dtype),
+                       " but replica ", r, " passed dtype ", dtype_name(b.dtype), which);
       MIRRORED_ENFORCE(a.shape == b.shape, InvalidArgumentError, what, ": replica 0 passed shape ",
                        format_shape(a.shape), " but replica ", r, " passed shape ", format_shape(b.shape), which);
     }
@@ -232,8 +232,7 @@ void CollectivePlan::merge_call(int replica, const void* payload, const std::typ
                                 const std::function<void(const std::vector<const void*>&)>& on_first,
                                 const std::function<void(const void*)>& take, const Deadline& deadline) {
   const int n = group_.size();
-  FlightCall flight(group_.recorder().ring(replica), deadline, CollectiveKind::merge_call, -1, -1, nullptr, 0,
-                    false);
+  FlightCall flight(group_.recorder().ring(replica), deadline, CollectiveKind::merge_call, -1, -1, nullptr, 0, false);
   if (n == 1) {
     on_first({payload});
     take(payload);

@@ -19,7 +19,8 @@ bool CollectiveStep::aborted() const noexcept { return group_ != nullptr && grou
 
 const std::vector<int64_t>& CollectiveStep::split() const {
   const CollectiveRequest& mine = request(replica_);
-  MIRRORED_ENFORCE(mine.split != nullptr, InternalError, "CollectiveStep::split: this collective is not a reduce-scatter");
+  MIRRORED_ENFORCE(mine.split != nullptr, InternalError,
+                   "CollectiveStep::split: this collective is not a reduce-scatter");
   return *mine.split;
 }
 

@@ -55,8 +55,7 @@ void CrossDeviceOps::reduce_scatter(ReduceOp op, CollectiveStep& step) {
   parts.reserve(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) parts.push_back(&step.inputs(r)[0]);
   const detail::UntypedTensor& out = step.outputs(me)[0];
-  detail::sum_range_on(parts, detail::split_begin(step.split(), me), out, out.device(),
-                       op == ReduceOp::MEAN ? n : 0);
+  detail::sum_range_on(parts, detail::split_begin(step.split(), me), out, out.device(), op == ReduceOp::MEAN ? n : 0);
 }
 
 bool CrossDeviceOps::all_reduce_and_update(CollectiveStep&) { return false; }

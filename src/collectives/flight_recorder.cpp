@@ -431,8 +431,8 @@ void dump_flight_recorders(const std::string& path) {
       worker = std::max(worker, r->worker());
       num_workers = std::max(num_workers, r->num_workers());
     }
-    out = str_cat("{\"worker\": ", worker, ", \"num_workers\": ", num_workers, ", \"pid\": ", getpid(),
-                  ", \"job_id\": ");
+    out =
+        str_cat("{\"worker\": ", worker, ", \"num_workers\": ", num_workers, ", \"pid\": ", getpid(), ", \"job_id\": ");
     // Which job and which attempt of it (tools/launch.sh sets both, a new job id per restart): the
     // dumps of an earlier attempt in the same directory must not be merged with this one's. null
     // where the process was not told.

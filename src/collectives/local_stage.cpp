@@ -10,8 +10,7 @@ void LocalStage::all_reduce(ReduceOp op, CrossDeviceOps& local, CollectiveStep& 
   local.all_reduce(op, step);
 }
 
-void LocalStage::reduce_scatter(ReduceOp op, CrossDeviceOps& local, CollectiveStep& step,
-                                CollectiveGroup* /*group*/) {
+void LocalStage::reduce_scatter(ReduceOp op, CrossDeviceOps& local, CollectiveStep& step, CollectiveGroup* /*group*/) {
   local.reduce_scatter(op, step);
 }
 

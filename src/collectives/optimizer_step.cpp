@@ -49,8 +49,8 @@ void agree_optimizer_step(const CollectiveGroup& group) {
   for (int r = 1; r < group.size(); ++r) {
     const OptimizerStep& other = update_of(group, r);
     MIRRORED_ENFORCE(other.params.size() == first.params.size(), InvalidArgumentError,
-                     "apply_gradients: replica 0 passed ", first.params.size(), " gradients but replica ", r, " passed ",
-                     other.params.size());
+                     "apply_gradients: replica 0 passed ", first.params.size(), " gradients but replica ", r,
+                     " passed ", other.params.size());
     MIRRORED_ENFORCE(other.dtype == first.dtype, InvalidArgumentError, "apply_gradients: replica 0 updates dtype ",
                      dtype_name(first.dtype), " but replica ", r, " updates ", dtype_name(other.dtype));
     for (std::size_t v = 0; v < first.variables.size() && v < other.variables.size(); ++v) {
@@ -77,8 +77,7 @@ void agree_optimizer_step(const CollectiveGroup& group) {
                      InvalidArgumentError, "apply_gradients: replica 0 passed bytes_per_pack ",
                      first.communication.bytes_per_pack, " and compression ",
                      compression_name(first.communication.compression), " but replica ", r, " passed ",
-                     other.communication.bytes_per_pack, " and ",
-                     compression_name(other.communication.compression));
+                     other.communication.bytes_per_pack, " and ", compression_name(other.communication.compression));
   }
 }
 

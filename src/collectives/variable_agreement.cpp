@@ -46,7 +46,8 @@ void check_local(const char* op, const std::vector<const VariablesPost*>& posts)
 void CollectivePlan::agree_on_variables(int replica, const char* op, const std::vector<const void*>& ids,
                                         const std::vector<std::string>& names, const Deadline& deadline) {
   auto across_workers = [&] {
-    stage_->agree(op, [&] { return str_cat("variables ", list_of(names)); }, deadline);
+    stage_->agree(
+        op, [&] { return str_cat("variables ", list_of(names)); }, deadline);
   };
   try {
     if (group_.size() == 1) {

@@ -21,9 +21,7 @@
 
 namespace mirrored {
 namespace detail {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 AsyncCollectives::AsyncCollectives(int num_replicas) {
   lanes_.reserve(static_cast<std::size_t>(num_replicas));
@@ -269,8 +267,8 @@ std::shared_ptr<detail::AsyncCollective> ReplicaContext::issue_async(bool reduce
     std::lock_guard lock(j->mu);
     if (j->done.load(std::memory_order_acquire)) return;
     j->expired = true;
-    j->expiry = detail::str_cat(j->reduce_scatter ? "reduce_scatter_async" : "all_reduce_async", " on replica ", global, ": not complete ", t,
-                                " s after it was issued; replicas ", j->group->missing_replicas(),
+    j->expiry = detail::str_cat(j->reduce_scatter ? "reduce_scatter_async" : "all_reduce_async", " on replica ", global,
+                                ": not complete ", t, " s after it was issued; replicas ", j->group->missing_replicas(),
                                 " never arrived (collective timeout ", t,
                                 " s; set CommunicationOptions::timeout_seconds or MIRRORED_COLLECTIVE_TIMEOUT_S)");
     j->group->abort(j->expiry);

@@ -17,13 +17,13 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/collective_group.hpp"
+#include "mirrored/collective_step.hpp"
 #include "mirrored/communication_options.hpp"
 #include "mirrored/deadline.hpp"
 #include "mirrored/detail/device_backend.hpp"
 #include "mirrored/detail/untyped_tensor.hpp"
 #include "mirrored/reduce_op.hpp"
-#include "collectives/collective_group.hpp"
-#include "mirrored/collective_step.hpp"
 #include "runtime/collective_watchdog.hpp"
 
 namespace mirrored {
@@ -38,7 +38,7 @@ struct AsyncCollective {
   ReplicaContext* ctx = nullptr;
   AsyncCollectives* lanes = nullptr;
   CollectiveGroup* group = nullptr;
-  int replica = 0;  // among this process's replicas
+  int replica = 0;              // among this process's replicas
   bool reduce_scatter = false;  // else an all-reduce
   ReduceOp op = ReduceOp::SUM;
   std::vector<UntypedTensor> in, out;  // out[i] may be in[i] (reduced in place)
@@ -60,7 +60,7 @@ struct AsyncCollective {
   // A failure found after `done` was published (an NCCL collective's completion wait, which runs
   // after the result is handed out): set by the lane, read once it has finished the job.
   std::exception_ptr device_error;
-  bool waited = false;  // the owner's thread only
+  bool waited = false;      // the owner's thread only
   uint64_t flight_seq = 0;  // its flight-recorder entry (made when issued)
 
   /// What the lane posts for it: `kind` is its asynchronous kind on a lane, its synchronous one

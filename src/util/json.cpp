@@ -156,7 +156,8 @@ class Parser {
       if (pos_ == s_.size() || s_[pos_] != ':') fail(str_cat("expected ':' after key \"", printable(key), "\""));
       ++pos_;
       skip_ws();
-      path_.push_back(path_.empty() ? printable(key) : str_cat(".", printable(key)));  // not "." + s: g++ 12 -O2 warns (-Wrestrict)
+      path_.push_back(path_.empty() ? printable(key)
+                                    : str_cat(".", printable(key)));  // not "." + s: g++ 12 -O2 warns (-Wrestrict)
       Value member = parse_value(depth);
       path_.pop_back();
       v.members_.emplace_back(std::move(key), std::move(member));

@@ -24,8 +24,8 @@ LogLevel parse_level() {
   if (v == "WARN" || v == "WARNING") return LogLevel::warn;
   if (v == "ERROR") return LogLevel::error;
   if (v == "OFF" || v == "NONE") return LogLevel::off;
-  std::fprintf(stderr,
-               "[mirrored WARN] MIRRORED_LOG_LEVEL='%s' is not one of DEBUG, INFO, WARN, ERROR, OFF; using WARN\n", env);
+  std::fprintf(
+      stderr, "[mirrored WARN] MIRRORED_LOG_LEVEL='%s' is not one of DEBUG, INFO, WARN, ERROR, OFF; using WARN\n", env);
   return LogLevel::warn;
 }
 

@@ -25,8 +25,8 @@ double env_non_negative(const char* name, double fallback);
 }  // namespace mirrored::detail
 
 /// Logs the streamable parts at `level` when that level is enabled.
-#define MIRRORED_LOG(level, ...)                                                                                      \
-  do {                                                                                                                \
-    if (::mirrored::detail::log_enabled(::mirrored::LogLevel::level))                                                 \
-      ::mirrored::detail::log_message(::mirrored::LogLevel::level, ::mirrored::detail::str_cat(__VA_ARGS__));         \
+#define MIRRORED_LOG(level, ...)                                                                              \
+  do {                                                                                                        \
+    if (::mirrored::detail::log_enabled(::mirrored::LogLevel::level))                                         \
+      ::mirrored::detail::log_message(::mirrored::LogLevel::level, ::mirrored::detail::str_cat(__VA_ARGS__)); \
   } while (0)

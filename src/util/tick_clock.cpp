@@ -19,14 +19,13 @@ bool tsc_is_the_clock() noexcept {
 #if defined(__x86_64__)
   static const bool tsc = [] {
     if (const char* env = std::getenv("MIRRORED_TIMELINE_CLOCK"); env && std::string(env) == "steady") return false;
-    const int fd = ::open("/sys/devices/system/clocksource/clocksource0/current_clocksource",
-                          O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    const int fd =
+        ::open("/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return false;
     char buf[16] = {};
     const ssize_t n = ::read(fd, buf, sizeof buf - 1);
     ::close(fd);
-    return n >= 3 && std::string(buf, static_cast<std::size_t>(n)).rfind("tsc", 0) == 0 &&
-           (n == 3 || buf[3] == '\n');
+    return n >= 3 && std::string(buf, static_cast<std::size_t>(n)).rfind("tsc", 0) == 0 && (n == 3 || buf[3] == '\n');
   }();
   return tsc;
 #else

@@ -127,8 +127,8 @@ struct Session {
 };
 
 struct Recorder {
-  std::mutex control;            // serialises start and stop (stop joins the writer outside `mu`)
-  std::mutex mu;                 // the session, its rings' consumer side, its file
+  std::mutex control;                      // serialises start and stop (stop joins the writer outside `mu`)
+  std::mutex mu;                           // the session, its rings' consumer side, its file
   std::condition_variable wake;            // the writer's
   std::condition_variable writer_started;  // start's: the writer is waiting
   std::unique_ptr<Session> session;

@@ -54,9 +54,7 @@ extern std::atomic<bool> g_use_tsc;
 /// The clock of every event, in ticks: the time-stamp counter when `g_use_tsc`, else `now_ns()`.
 /// A counter read costs about half a steady-clock read on a VM; the writer converts ticks to
 /// nanoseconds through (counter, steady clock) pairs it takes as it goes.
-inline std::int64_t now_ticks() noexcept {
-  return tick_clock::now(g_use_tsc.load(std::memory_order_relaxed));
-}
+inline std::int64_t now_ticks() noexcept { return tick_clock::now(g_use_tsc.load(std::memory_order_relaxed)); }
 
 /// Most arguments one event carries.
 inline constexpr int kMaxArgs = 4;

@@ -40,7 +40,6 @@ void append_us(std::string& out, std::int64_t ns) {
 
 }  // namespace
 
-
 TimelineFile::TimelineFile(std::string path, int pid) : path_(std::move(path)), pid_(pid) {
   int fd = -1;
   for (;;) {

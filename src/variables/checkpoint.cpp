@@ -212,12 +212,12 @@ void internal::save_tensors_with(const std::string& path, const TensorMap& tenso
   trace.arg("bytes", static_cast<std::int64_t>(total));  // the file's size
 
   // --- write a fresh temporary file, fsync, rename over <path>, fsync the directory ---
-  detail::AtomicFileWriter file = caller_holds_lock && !reuse.empty()
-                                     ? detail::AtomicFileWriter(path, prefix(path), reuse)
-                                     : detail::AtomicFileWriter(path, prefix(path),
-                                                                caller_holds_lock
-                                                                    ? detail::AtomicFileWriter::Locking::held_by_caller
-                                                                    : detail::AtomicFileWriter::Locking::own_lock);
+  detail::AtomicFileWriter file =
+      caller_holds_lock && !reuse.empty()
+          ? detail::AtomicFileWriter(path, prefix(path), reuse)
+          : detail::AtomicFileWriter(path, prefix(path),
+                                     caller_holds_lock ? detail::AtomicFileWriter::Locking::held_by_caller
+                                                       : detail::AtomicFileWriter::Locking::own_lock);
   const int fd = file.fd();
   const std::string& temp = file.temp_path();
   {

@@ -57,8 +57,8 @@ struct Header {
 /// over instead of a new temporary file (see `detail::AtomicFileWriter`).
 /// \throws what `save_tensors` throws; InvalidArgumentError for another library key.
 void save_tensors_with(const std::string& path, const TensorMap& tensors, const Metadata& metadata,
-                       const Metadata& library_metadata, bool sync_directory = true,
-                       bool caller_holds_lock = false, const std::string& reuse = {});
+                       const Metadata& library_metadata, bool sync_directory = true, bool caller_holds_lock = false,
+                       const std::string& reuse = {});
 
 /// Parses a header. \throws InvalidArgumentError naming `path` for anything that is not a valid
 /// safetensors header.

@@ -117,8 +117,8 @@ int CheckpointManager::directory_fd(const std::string& who) {
   struct stat by_name {};
   if (dir_fd_ >= 0) {
     struct stat by_fd {};
-    if (::stat(directory_.c_str(), &by_name) == 0 && ::fstat(dir_fd_, &by_fd) == 0 &&
-        by_name.st_ino == by_fd.st_ino && by_name.st_dev == by_fd.st_dev)
+    if (::stat(directory_.c_str(), &by_name) == 0 && ::fstat(dir_fd_, &by_fd) == 0 && by_name.st_ino == by_fd.st_ino &&
+        by_name.st_dev == by_fd.st_dev)
       return dir_fd_;
     ::close(dir_fd_);  // removed or replaced since: lock and write the one there now
     dir_fd_ = -1;

@@ -177,7 +177,8 @@ TEST_F(ManagerTest, ADroppedCheckpointsFileIsWrittenIntoByTheNextSaveAndTheSpare
     m.save(2);  // drops ckpt-1: its file becomes the spare
     std::vector<std::string> kept = spares(dir_);
     ASSERT_EQ(kept.size(), 2u);  // ckpt-1's file and the replaced index
-    struct stat a {}, b {};
+    struct stat a {
+    }, b{};
     ASSERT_EQ(::stat(file(kept[0]).c_str(), &a), 0);
     ASSERT_EQ(::stat(file(kept[1]).c_str(), &b), 0);
     const struct stat& data_spare = a.st_size > b.st_size ? a : b;
@@ -223,8 +224,9 @@ TEST_F(ManagerTest, ASpareReplacedByASymlinkOrLinkedElsewhereIsNeverWrittenThrou
     m.save(10 * round + 3);
     EXPECT_EQ(read_file(victim), "not a checkpoint");
     for (const auto& name : kept) EXPECT_FALSE(fs::exists(fs::symlink_status(file(name)))) << name;
-    EXPECT_EQ(checkpoint::load(file("ckpt-" + std::to_string(10 * round + 3) + ".safetensors")).get<float>("w").to_vector(),
-              (std::vector<float>{static_cast<float>(round + 5)}));
+    EXPECT_EQ(
+        checkpoint::load(file("ckpt-" + std::to_string(10 * round + 3) + ".safetensors")).get<float>("w").to_vector(),
+        (std::vector<float>{static_cast<float>(round + 5)}));
     fs::remove(victim);
   }
 }

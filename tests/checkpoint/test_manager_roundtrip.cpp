@@ -64,8 +64,7 @@ TEST_P(ManagerRoundTrip, RestoresBitwiseAndTrainsOnIdentically) {
 INSTANTIATE_TEST_SUITE_P(Optimizers, ManagerRoundTrip,
                          ::testing::Combine(::testing::Values(Opt::momentum, Opt::adam, Opt::rmsprop_centered_momentum,
                                                               Opt::adagrad),
-                                            ::testing::Bool(),
-                                            ::testing::Values(1, 2, 4)),
+                                            ::testing::Bool(), ::testing::Values(1, 2, 4)),
                          [](const auto& info) {
                            return opt_name(std::get<0>(info.param)) +
                                   (std::get<1>(info.param) ? "_sharded_" : "_plain_") +

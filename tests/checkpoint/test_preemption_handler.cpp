@@ -27,7 +27,8 @@ void step(Model& m, PreemptionCheckpointHandler& h) {
   h.run([&] {
     const int r = get_replica_context()->replica_id_in_sync_group();
     optimizers::GradsAndVars<float> gv;
-    for (std::size_t k = 0; k < m.vars.size(); ++k) gv.emplace_back(gradient(kShapes[k], static_cast<int>(k), r, s), m.vars[k]);
+    for (std::size_t k = 0; k < m.vars.size(); ++k)
+      gv.emplace_back(gradient(kShapes[k], static_cast<int>(k), r, s), m.vars[k]);
     m.opt->apply_gradients(gv);
   });
 }
@@ -93,7 +94,8 @@ TEST_F(ManagerTest, PeriodicSavesHappenEverySaveEverySteps) {
   PreemptionCheckpointHandler h(m.strategy, mgr, /*save_every_steps=*/3);
   h.exit_fn = [](int) { ADD_FAILURE() << "no preemption was asked for"; };
   for (int i = 0; i < 7; ++i) step(m, h);
-  EXPECT_EQ(listing_but_spares(dir_), (std::vector<std::string>{"checkpoint", "ckpt-3.safetensors", "ckpt-6.safetensors"}));
+  EXPECT_EQ(listing_but_spares(dir_),
+            (std::vector<std::string>{"checkpoint", "ckpt-3.safetensors", "ckpt-6.safetensors"}));
   // A crash now loses step 7 only: a new handler resumes at 6.
   Model again(2, Opt::momentum, true, 1);
   checkpoint::CheckpointManager mgr2(again.strategy, dir_, 10);

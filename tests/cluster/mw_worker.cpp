@@ -285,8 +285,10 @@ void check_collectives(MultiWorkerMirroredStrategy& s) {
       const int g = get_replica_context()->replica_id_in_sync_group();
       for (auto* set : {&plain_vars, &sharded_vars}) {
         optimizers::GradsAndVars<float> gv;
-        for (const auto& v : *set) gv.emplace_back(Tensor<float>::full(v.shape(), static_cast<float>((g + 1) * (step + 1))), v);
-        (set == &plain_vars ? static_cast<optimizers::Optimizer<float>&>(plain_adam) : sharded_adam).apply_gradients(gv);
+        for (const auto& v : *set)
+          gv.emplace_back(Tensor<float>::full(v.shape(), static_cast<float>((g + 1) * (step + 1))), v);
+        (set == &plain_vars ? static_cast<optimizers::Optimizer<float>&>(plain_adam) : sharded_adam)
+            .apply_gradients(gv);
       }
     });
   }

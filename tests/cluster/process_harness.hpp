@@ -177,7 +177,8 @@ class Job {
   /// `argv` with `env` and TF_CONFIG `tf_configs.make(addresses)[k]`, where `addresses` are `total`
   /// free ports; it is "rank" k for `wait_for`, `code` and `output`. They share a fresh job id
   /// unless `env` sets MIRRORED_JOB_ID ("" for none: the job id derived from the cluster).
-  Job(const TfConfigs& tf_configs, int total, const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {}) {
+  Job(const TfConfigs& tf_configs, int total, const std::vector<std::string>& argv,
+      const std::map<std::string, std::string>& env = {}) {
     static std::once_flag subreaper;
     std::call_once(subreaper, [] { ::prctl(PR_SET_CHILD_SUBREAPER, 1); });
     for (int w = 0; w < total; ++w) addresses_.push_back("127.0.0.1:" + std::to_string(free_port()));

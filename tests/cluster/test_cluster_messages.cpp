@@ -14,10 +14,10 @@ namespace cluster_messages {
 namespace {
 
 using ::testing::HasSubstr;
-using ::testing::Not;
 using testing::Job;
-using testing::TfConfigs;
+using ::testing::Not;
 using testing::tf_config;
+using testing::TfConfigs;
 
 // Generous bounds for loaded machines and sanitizer builds; never a claim about speed.
 constexpr double kRunSeconds = 120;
@@ -53,13 +53,15 @@ std::string line_with(const std::string& text, const std::string& what) {
 }
 
 TEST(StartUp, TwoWorkersWithTaskIndexZeroBothFailAtOnceNamingTheIndex) {
-  Job job(
-      TfConfigs{[](const auto& a) { return std::vector<std::string>{tf_config(a, 0), tf_config(a, 0)}; }}, 2,
-      hello(kStartupTimeout), kTcp);
+  Job job(TfConfigs{[](const auto& a) {
+            return std::vector<std::string>{tf_config(a, 0), tf_config(a, 0)};
+          }},
+          2, hello(kStartupTimeout), kTcp);
   ASSERT_TRUE(job.wait(kAtOnceSeconds)) << job.outputs();
-  const std::string expected = "unexpected INVALID_ARGUMENT: MultiWorkerMirroredStrategy start-up: two workers "
-                               "claim task index 0 (worker 0 (" +
-                               job.addresses()[0] + "))";
+  const std::string expected =
+      "unexpected INVALID_ARGUMENT: MultiWorkerMirroredStrategy start-up: two workers "
+      "claim task index 0 (worker 0 (" +
+      job.addresses()[0] + "))";
   for (int p = 0; p < 2; ++p) {
     EXPECT_EQ(job.code(p), 1) << job.outputs();
     EXPECT_THAT(job.output(p), HasSubstr(expected)) << job.outputs();
@@ -69,18 +71,17 @@ TEST(StartUp, TwoWorkersWithTaskIndexZeroBothFailAtOnceNamingTheIndex) {
 
 TEST(StartUp, DifferentWorkerListsFailEveryWorkerAtOnceNamingBothLists) {
   // Worker 1 lists another second worker: by default the job ids (derived from the lists) differ.
-  Job job(
-      TfConfigs{[](const auto& a) {
-        return std::vector<std::string>{tf_config({a[0], a[1]}, 0), tf_config({a[0], a[2]}, 1)};
-      }},
-      3, hello(kStartupTimeout), {{"MIRRORED_SHARED_MEMORY", "0"}, {"MIRRORED_JOB_ID", ""}});
+  Job job(TfConfigs{[](const auto& a) {
+            return std::vector<std::string>{tf_config({a[0], a[1]}, 0), tf_config({a[0], a[2]}, 1)};
+          }},
+          3, hello(kStartupTimeout), {{"MIRRORED_SHARED_MEMORY", "0"}, {"MIRRORED_JOB_ID", ""}});
   ASSERT_TRUE(job.wait(kAtOnceSeconds)) << job.outputs();
   const auto& a = job.addresses();
-  const std::string expected = "unexpected INVALID_ARGUMENT: MultiWorkerMirroredStrategy start-up: the workers' "
-                               "TF_CONFIGs differ: worker 1 (" +
-                               a[2] + ") has a cluster of 2 workers [worker 0 (" + a[0] + "), worker 1 (" + a[2] +
-                               ")] but the chief, worker 0 (" + a[0] + "), has 2 workers [worker 0 (" + a[0] +
-                               "), worker 1 (" + a[1] + ")]\n";
+  const std::string expected =
+      "unexpected INVALID_ARGUMENT: MultiWorkerMirroredStrategy start-up: the workers' "
+      "TF_CONFIGs differ: worker 1 (" +
+      a[2] + ") has a cluster of 2 workers [worker 0 (" + a[0] + "), worker 1 (" + a[2] +
+      ")] but the chief, worker 0 (" + a[0] + "), has 2 workers [worker 0 (" + a[0] + "), worker 1 (" + a[1] + ")]\n";
   for (int p = 0; p < 2; ++p) {
     EXPECT_EQ(job.code(p), 1) << job.outputs();
     EXPECT_THAT(job.output(p), HasSubstr(expected)) << job.outputs();
@@ -88,18 +89,17 @@ TEST(StartUp, DifferentWorkerListsFailEveryWorkerAtOnceNamingBothLists) {
 }
 
 TEST(StartUp, ClusterSizesThatDifferUnderOneJobIdFailEveryWorkerAtOnceNamingBothSizes) {
-  Job job(
-      TfConfigs{[](const auto& a) {
-        return std::vector<std::string>{tf_config({a[0], a[1]}, 0), tf_config({a[0], a[1], a[2]}, 1)};
-      }},
-      3, hello(kStartupTimeout), {{"MIRRORED_SHARED_MEMORY", "1"}});
+  Job job(TfConfigs{[](const auto& a) {
+            return std::vector<std::string>{tf_config({a[0], a[1]}, 0), tf_config({a[0], a[1], a[2]}, 1)};
+          }},
+          3, hello(kStartupTimeout), {{"MIRRORED_SHARED_MEMORY", "1"}});
   ASSERT_TRUE(job.wait(kAtOnceSeconds)) << job.outputs();
   const auto& a = job.addresses();
-  const std::string expected = "unexpected INVALID_ARGUMENT: MultiWorkerMirroredStrategy start-up: the workers' "
-                               "TF_CONFIGs differ: worker 1 (" +
-                               a[1] + ") has a cluster of 3 workers [worker 0 (" + a[0] + "), worker 1 (" + a[1] +
-                               "), worker 2 (" + a[2] + ")] but the chief, worker 0 (" + a[0] +
-                               "), has 2 workers [worker 0 (" + a[0] + "), worker 1 (" + a[1] + ")]\n";
+  const std::string expected =
+      "unexpected INVALID_ARGUMENT: MultiWorkerMirroredStrategy start-up: the workers' "
+      "TF_CONFIGs differ: worker 1 (" +
+      a[1] + ") has a cluster of 3 workers [worker 0 (" + a[0] + "), worker 1 (" + a[1] + "), worker 2 (" + a[2] +
+      ")] but the chief, worker 0 (" + a[0] + "), has 2 workers [worker 0 (" + a[0] + "), worker 1 (" + a[1] + ")]\n";
   for (int p = 0; p < 2; ++p) {
     EXPECT_EQ(job.code(p), 1) << job.outputs();
     EXPECT_THAT(job.output(p), HasSubstr(expected)) << job.outputs();
@@ -127,8 +127,9 @@ TEST(Warnings, ABadFlightRecorderSizeIsWarnedOncePerProcess) {
   ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
   for (int w = 0; w < 2; ++w) {
     EXPECT_EQ(job.code(w), 0) << job.outputs();
-    EXPECT_EQ(lines_with(job.output(w), "MIRRORED_FLIGHT_RECORDER_ENTRIES must be an integer in [0, 1048576], got "
-                                        "'lots'; using 256"),
+    EXPECT_EQ(lines_with(job.output(w),
+                         "MIRRORED_FLIGHT_RECORDER_ENTRIES must be an integer in [0, 1048576], got "
+                         "'lots'; using 256"),
               1)
         << job.outputs();
   }

@@ -112,7 +112,8 @@ TEST(Launcher, DoesNotRestartWhenItIsToldToStop) {
   Job job = run({"/bin/bash", kLaunch, "2", "--max-restarts", "3", "--", "/bin/bash", "-c",
                  "echo \"round $MIRRORED_RESTART_COUNT\"; trap 'exit 75' TERM; touch " + ready +
                      ".$MIRRORED_LAUNCH_RANK.$MIRRORED_RESTART_COUNT; while true; do sleep 0.1; done"});
-  for (int i = 0; i < 1000 && !(std::filesystem::exists(ready + ".0.0") && std::filesystem::exists(ready + ".1.0")); ++i)
+  for (int i = 0; i < 1000 && !(std::filesystem::exists(ready + ".0.0") && std::filesystem::exists(ready + ".1.0"));
+       ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   job.signal(0, SIGTERM);
   ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
@@ -157,11 +158,10 @@ TEST(Launcher, ForwardsSigintAndSighupAsTheSignalTheWorkersSaveOn) {
   for (int sig : {SIGINT, SIGHUP}) {
     testing::TempDir dir;
     const std::string ready = dir.path() + "/ready";
-    Job job = run({"/bin/bash", kLaunch, "2", "--", "/bin/bash", "-c",
-                   "trap 'echo saved; exit 75' TERM; touch " + ready +
-                       ".$MIRRORED_LAUNCH_RANK; while true; do sleep 0.1; done"});
-    for (int i = 0; i < 1000 && !(std::filesystem::exists(ready + ".0") && std::filesystem::exists(ready + ".1"));
-         ++i)
+    Job job = run(
+        {"/bin/bash", kLaunch, "2", "--", "/bin/bash", "-c",
+         "trap 'echo saved; exit 75' TERM; touch " + ready + ".$MIRRORED_LAUNCH_RANK; while true; do sleep 0.1; done"});
+    for (int i = 0; i < 1000 && !(std::filesystem::exists(ready + ".0") && std::filesystem::exists(ready + ".1")); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     job.signal(0, sig);
     ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
@@ -210,7 +210,9 @@ TEST(Launcher, RejectsNumbersOutOfRangeAsUsageErrors) {
       {{"99999999999999999999", "--", "true"},
        {},
        "launch: N (the number of workers) must be a whole number from 1 to 1024, not '99999999999999999999'"},
-      {{"1025", "--", "true"}, {}, "launch: N (the number of workers) must be a whole number from 1 to 1024, not '1025'"},
+      {{"1025", "--", "true"},
+       {},
+       "launch: N (the number of workers) must be a whole number from 1 to 1024, not '1025'"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> argv{"/bin/bash", kLaunch};

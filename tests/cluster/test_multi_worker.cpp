@@ -136,9 +136,9 @@ void expect_compression_passes(const Config& c, std::vector<std::string> args, s
 
 TEST_P(CompressedCollectives, FollowTheRoundingRule) {
   const Config c = GetParam();
-  expect_compression_passes(c, {}, {{"MIRRORED_LOG_LEVEL", "INFO"}},
-                            c.shm ? "cross-worker transport: shared memory"
-                                  : "cross-worker transport: Gloo ring over TCP");
+  expect_compression_passes(
+      c, {}, {{"MIRRORED_LOG_LEVEL", "INFO"}},
+      c.shm ? "cross-worker transport: shared memory" : "cross-worker transport: Gloo ring over TCP");
 }
 
 INSTANTIATE_TEST_SUITE_P(Clusters, CompressedCollectives,
@@ -290,7 +290,8 @@ struct ToolRun {
   int status = -1;
 };
 ToolRun flight_report_run(const std::string& args) {
-  const std::string command = std::string("python3 ") + MIRRORED_SOURCE_DIR + "/tools/flight_report.py " + args + " 2>&1";
+  const std::string command =
+      std::string("python3 ") + MIRRORED_SOURCE_DIR + "/tools/flight_report.py " + args + " 2>&1";
   ToolRun run;
   if (FILE* pipe = ::popen(command.c_str(), "r")) {
     char buf[4096];
@@ -310,8 +311,9 @@ std::string fake_dump(int worker, int done, const std::string& identity) {
     entries += (i > 1 ? ", " : "") + std::string("{\"seq\": ") + std::to_string(i) +
                ", \"kind\": \"all_reduce\", \"state\": \"done\"}";
   return "{\"worker\": " + std::to_string(worker) + ", \"num_workers\": 2, \"pid\": 1, " + identity +
-         (identity.empty() ? "" : ", ") + "\"strategies\": [{\"replicas\": [{\"replica\": 0, \"device\": " +
-         "\"CPU:0\", \"entries\": [" + entries + "]}]}]}\n";
+         (identity.empty() ? "" : ", ") +
+         "\"strategies\": [{\"replicas\": [{\"replica\": 0, \"device\": " + "\"CPU:0\", \"entries\": [" + entries +
+         "]}]}]}\n";
 }
 
 using testing::write_file;  // fs_test_util.hpp's
@@ -365,7 +367,8 @@ TEST(FlightReportTool, SaysWhatIsWrongWithAMalformedDumpAndExitsWith2) {
       {"[1, 2]\n", "not a flight-recorder dump: a JSON object expected, not list"},
       {"{\"worker\": 0, \"strategies\": [{\"replicas\": [{\"replica\": 0, \"device\": \"CPU:0\", \"entries\": "
        "[{\"kind\": \"all_reduce\", \"state\": \"done\"}]}]}]}\n",
-       "not a flight-recorder dump: an entry without a \"seq\" number: {\"kind\": \"all_reduce\", \"state\": \"done\"}"},
+       "not a flight-recorder dump: an entry without a \"seq\" number: {\"kind\": \"all_reduce\", \"state\": "
+       "\"done\"}"},
       {"{\"worker\": 0, \"strategies\": {}}\n", "not a flight-recorder dump: \"strategies\" must be a list"},
       {"{\"worker\": \"0\"}\n", "not a flight-recorder dump: \"worker\" must be a number >= 0"},
       {"{\"worker\": 0, \"strategies\": [{\"replicas\": [{\"replica\": 0}]}]}\n",

@@ -133,8 +133,8 @@ void sigterm_in_process(int seed, Case c, int step) {
   ASSERT_TRUE(second.wait(kJobSeconds)) << second.outputs();
   ASSERT_EQ(second.code(0), 0) << second.outputs();
   EXPECT_THAT(second.output(0), HasSubstr("resumed from the checkpoint of step " + std::to_string(step + 1)));
-  expect_same_training(c, second.output(0), "seed " + std::to_string(seed) + ", SIGTERM after step " +
-                                                std::to_string(step));
+  expect_same_training(c, second.output(0),
+                       "seed " + std::to_string(seed) + ", SIGTERM after step " + std::to_string(step));
 }
 
 TEST_P(Resume, AfterSigtermInOneProcessEndsBitwiseEqual) {
@@ -161,8 +161,8 @@ TEST_P(Resume, AfterSigkillInOneProcessResumesFromThePeriodicSave) {
     EXPECT_THAT(second.output(0), HasSubstr("resumed from the checkpoint of step " + std::to_string(saved)));
   else
     EXPECT_THAT(second.output(0), ::testing::Not(HasSubstr("resumed from")));
-  expect_same_training(c, second.output(0), "SIGKILL after step " + std::to_string(step) + ", saves every " +
-                                                std::to_string(every));
+  expect_same_training(c, second.output(0),
+                       "SIGKILL after step " + std::to_string(step) + ", saves every " + std::to_string(every));
 }
 
 // A SIGKILL at a random moment (mid-step, mid-save, or after the end), from outside.
@@ -190,15 +190,15 @@ TEST_P(Resume, AfterSigtermOnOneWorkerTheRestartedJobEndsBitwiseEqual) {
   const Case c{GetParam() % 2 == 1, true};
   const int step = pick(1, kSteps - 2), worker = pick(0, 1);
   testing::TempDir dir;
-  Job job = start(command(c, dir.path(), 0), {{"MIRRORED_TEST_RAISE_AT_STEP",
-                                               std::to_string(step) + ":TERM:" + std::to_string(worker)}});
+  Job job = start(command(c, dir.path(), 0),
+                  {{"MIRRORED_TEST_RAISE_AT_STEP", std::to_string(step) + ":TERM:" + std::to_string(worker)}});
   ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
   ASSERT_EQ(job.code(0), 0) << job.outputs();
   EXPECT_THAT(job.output(0), HasSubstr("launch: restart 1 of 1: worker"));
   EXPECT_THAT(job.output(0), HasSubstr("[worker 0] resumed from the checkpoint of step " + std::to_string(step + 1)));
   EXPECT_THAT(job.output(0), HasSubstr("[worker 1] resumed from the checkpoint of step " + std::to_string(step + 1)));
-  expect_same_training(c, job.output(0), "worker " + std::to_string(worker) + " terminated after step " +
-                                             std::to_string(step));
+  expect_same_training(c, job.output(0),
+                       "worker " + std::to_string(worker) + " terminated after step " + std::to_string(step));
 }
 
 // The kill lands at a random moment after a random step: inside a later step, its collectives or a
@@ -208,16 +208,16 @@ TEST_P(Resume, AfterSigkillOfOneWorkerTheRestartedJobEndsBitwiseEqual) {
   const int every = pick(3, 11), step = pick(1, kSteps - 30), worker = pick(0, 1), delay_us = pick(0, 2000);
   testing::TempDir dir;
   Job job = start(command(c, dir.path(), every),
-                  {{"MIRRORED_TEST_RAISE_AT_STEP", std::to_string(step) + ":KILL:" + std::to_string(worker) + ":" +
-                                                       std::to_string(delay_us)},
+                  {{"MIRRORED_TEST_RAISE_AT_STEP",
+                    std::to_string(step) + ":KILL:" + std::to_string(worker) + ":" + std::to_string(delay_us)},
                    {"MIRRORED_LAUNCH_GRACE_S", "2"}});
   ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
   ASSERT_EQ(job.code(0), 0) << job.outputs();
-  EXPECT_THAT(job.output(0), HasSubstr("launch: restart 1 of 1: worker " + std::to_string(worker) +
-                                       " was killed by signal 9"));
-  expect_same_training(c, job.output(0), "worker " + std::to_string(worker) + " killed " + std::to_string(delay_us) +
-                                             " us after step " + std::to_string(step) + ", saves every " +
-                                             std::to_string(every));
+  EXPECT_THAT(job.output(0),
+              HasSubstr("launch: restart 1 of 1: worker " + std::to_string(worker) + " was killed by signal 9"));
+  expect_same_training(c, job.output(0),
+                       "worker " + std::to_string(worker) + " killed " + std::to_string(delay_us) + " us after step " +
+                           std::to_string(step) + ", saves every " + std::to_string(every));
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, Resume,

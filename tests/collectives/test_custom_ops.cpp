@@ -62,7 +62,6 @@ TEST(CustomCrossDeviceOps, AllGatherSeesEveryReplicasOutputBeforeItIsCalled) {
   }
 }
 
-
 // Sums pack by pack, planned through the public CollectiveStep::plan_packs (as a backend of one's
 // own would), and records every replica's plan: each replica writes its own outputs, reading every
 // replica's inputs.

@@ -65,7 +65,8 @@ TEST(TrainDigits, OneTwoAndFourReplicasTrainToTheSameWeights) {
 // bits as without it.
 TEST(TrainDigits, ShardedOptimizerStateTrainsToTheSameBits) {
   for (const char* opt : {"sgd", "adam"})
-    for (int replicas : {2, 3}) EXPECT_EQ(train_weights(replicas, opt), train_weights(replicas, opt, nullptr, true)) << opt;
+    for (int replicas : {2, 3})
+      EXPECT_EQ(train_weights(replicas, opt), train_weights(replicas, opt, nullptr, true)) << opt;
 }
 
 // Gradient accumulation (TrainConfig::accumulate, train_digits --accumulate). Exact: one replica

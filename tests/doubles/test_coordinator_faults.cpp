@@ -25,10 +25,10 @@ using detail::cluster::Coordinator;
 using detail::cluster::TransportError;
 using detail::cluster::TransportJob;
 using detail::cluster::WorkerTransport;
+using ::testing::HasSubstr;
 using testing::MemoryStore;
 using testing::MemoryStoreState;
 using testing::StoreFault;
-using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 using std::chrono::seconds;
 
@@ -87,13 +87,13 @@ struct TwoWorkers {
     other.join();
   }
   std::unique_ptr<Coordinator> join(int rank, std::vector<StoreFault> faults) {
-    return std::make_unique<Coordinator>(
-        layout(rank), timeout_s, 2, "CPU", std::make_unique<MemoryStore>(state, std::move(faults)), "gen-7",
-        [this, rank](const TransportJob&, Clock::time_point) {
-          auto t = std::make_unique<RecordingTransport>();
-          transport[rank] = t.get();
-          return std::unique_ptr<WorkerTransport>(std::move(t));
-        });
+    return std::make_unique<Coordinator>(layout(rank), timeout_s, 2, "CPU",
+                                         std::make_unique<MemoryStore>(state, std::move(faults)), "gen-7",
+                                         [this, rank](const TransportJob&, Clock::time_point) {
+                                           auto t = std::make_unique<RecordingTransport>();
+                                           transport[rank] = t.get();
+                                           return std::unique_ptr<WorkerTransport>(std::move(t));
+                                         });
   }
 };
 
@@ -209,9 +209,8 @@ TEST(CoordinatorWithDoubles, TheBodyGetsTheCallsOwnDeadline) {
 TEST(CoordinatorWithDoubles, AUsageErrorInTheBodyPropagatesAndLeavesTheJobRunning) {
   TwoWorkers job;
   try {
-    job.worker[0]->collective("step", Deadline::after(30), [](Clock::time_point) {
-      throw InvalidArgumentError("shapes differ");
-    });
+    job.worker[0]->collective("step", Deadline::after(30),
+                              [](Clock::time_point) { throw InvalidArgumentError("shapes differ"); });
     ADD_FAILURE() << "the body's error vanished";
   } catch (const InvalidArgumentError& e) {
     EXPECT_STREQ(e.what(), "shapes differ");
@@ -282,21 +281,22 @@ TEST(CoordinatorWithDoubles, AStoreThatCannotPublishTheFailureStillReportsThisWo
     });
     ADD_FAILURE() << "the transport's failure vanished";
   } catch (const UnavailableError& e) {
-    EXPECT_STREQ(e.what(), "MultiWorkerMirroredStrategy: all_reduce: a connection between workers failed (seen by "
-                           "worker 0 (a)): broken pipe");
+    EXPECT_STREQ(e.what(),
+                 "MultiWorkerMirroredStrategy: all_reduce: a connection between workers failed (seen by "
+                 "worker 0 (a)): broken pipe");
   }
   EXPECT_FALSE(job.state->peek(detail::cluster::failure_key(job.worker[0]->prefix())).has_value());
 }
 
 TEST(CoordinatorWithDoubles, AFailurePublishedByAnotherWorkerInterruptsThisOneAndIsReportedAsIs) {
   TwoWorkers job;
-  job.state->put(detail::cluster::failure_key(job.worker[0]->prefix()),
-                 detail::cluster::encode_failure({static_cast<int>(ErrorCode::DEADLINE_EXCEEDED), "worker 1 timed out"}));
+  job.state->put(
+      detail::cluster::failure_key(job.worker[0]->prefix()),
+      detail::cluster::encode_failure({static_cast<int>(ErrorCode::DEADLINE_EXCEEDED), "worker 1 timed out"}));
   EXPECT_TRUE(eventually([&] { return job.transport[0]->interrupts.load() > 0; }));
   try {
-    job.worker[0]->collective("step", Deadline::after(30), [](Clock::time_point) {
-      ADD_FAILURE() << "the body of a failed job ran";
-    });
+    job.worker[0]->collective("step", Deadline::after(30),
+                              [](Clock::time_point) { ADD_FAILURE() << "the body of a failed job ran"; });
     ADD_FAILURE() << "a collective of a failed job ran";
   } catch (const DeadlineExceededError& e) {
     EXPECT_STREQ(e.what(), "MultiWorkerMirroredStrategy: step: worker 1 timed out");

@@ -100,8 +100,8 @@ class PlanWithScriptedStage : public ::testing::Test {
 
   // Two local replicas' values of one leaf.
   std::vector<UntypedTensor> reduce(ReduceOp op) {
-    return plan_.reduce(op, {{floats({1, 2, 3}, 0)}, {floats({10, 20, 30}, 1)}}, {"leaf", "leaf"}, std::nullopt,
-                        true, Deadline::after(30));
+    return plan_.reduce(op, {{floats({1, 2, 3}, 0)}, {floats({10, 20, 30}, 1)}}, {"leaf", "leaf"}, std::nullopt, true,
+                        Deadline::after(30));
   }
 
   std::shared_ptr<ScriptedStage> stage_ = std::make_shared<ScriptedStage>();
@@ -130,8 +130,8 @@ TEST_F(PlanWithScriptedStage, ReduceMeanAlongAnAxisDividesByTheElementsCountedOn
   // Each replica sums its 3 elements (6 and 60); 6 elements here and 6 on the other worker, whose
   // contribution makes the sum 96.
   stage_->other = 30.0f;
-  const auto out = plan_.reduce(ReduceOp::MEAN, {{floats({1, 2, 3}, 0)}, {floats({10, 20, 30}, 1)}},
-                                {"leaf", "leaf"}, 0, true, Deadline::after(30));
+  const auto out = plan_.reduce(ReduceOp::MEAN, {{floats({1, 2, 3}, 0)}, {floats({10, 20, 30}, 1)}}, {"leaf", "leaf"},
+                                0, true, Deadline::after(30));
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(values_of(out[0]), (std::vector<float>{8.0f}));
 }

@@ -13,8 +13,8 @@
 #include <mirrored/mirrored.hpp>
 
 #include "device/gpu/gpu_runtime.hpp"
-#include "gpu_test_util.hpp"
 #include "digits/train.hpp"
+#include "gpu_test_util.hpp"
 #include "variables/optimizer_kinds.hpp"
 
 namespace mirrored {

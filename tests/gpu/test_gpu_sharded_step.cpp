@@ -31,8 +31,8 @@ namespace mirrored {
 namespace gpu_sharded_step {  // named: the unity build puts these beside the other gpu tests
 
 using testing::Kind;
-using testing::slot_names;
 using testing::same_bits;
+using testing::slot_names;
 
 std::string camel_kind_name(Kind k) {
   std::string name = testing::kind_name(k);
@@ -165,14 +165,15 @@ TEST_P(GpuShardedStep, WeightsAndSlotsAreBitwiseThoseOfTheUnshardedStep) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Optimizers, GpuShardedStep,
-    // Not plain SGD: it has no slots, so its "sharded" step is the unsharded one.
-    ::testing::Combine(::testing::Values(Kind::momentum, Kind::nesterov, Kind::adam, Kind::adamw,
-                                         Kind::rmsprop_centered_momentum, Kind::adagrad),
-                       ::testing::Values(Packing::one_pack, Packing::per_variable, Packing::tiny_packs,
-                                         Packing::many_variables)),
-    [](const auto& info) { return camel_kind_name(std::get<0>(info.param)) + packing_name(std::get<1>(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Optimizers, GpuShardedStep,
+                         // Not plain SGD: it has no slots, so its "sharded" step is the unsharded one.
+                         ::testing::Combine(::testing::Values(Kind::momentum, Kind::nesterov, Kind::adam, Kind::adamw,
+                                                              Kind::rmsprop_centered_momentum, Kind::adagrad),
+                                            ::testing::Values(Packing::one_pack, Packing::per_variable,
+                                                              Packing::tiny_packs, Packing::many_variables)),
+                         [](const auto& info) {
+                           return camel_kind_name(std::get<0>(info.param)) + packing_name(std::get<1>(info.param));
+                         });
 
 // The explicit NcclAllReduce (real GPUs with NCCL only): the fused sharded step, with its uneven
 // pieces (ncclReduce and ncclBroadcast per piece) and even ones (ncclReduceScatter and

@@ -20,9 +20,12 @@ TEST(DefaultDevice, ATensorMadeInsideRunIsOnTheReplicasDevice) {
   std::vector<std::string> seen(3);
   s.run([&] {
     const int r = get_replica_context()->replica_id_in_sync_group();
-    const std::vector<Device> made{Tensor<float>::full({2}, 1).device(), Tensor<float>::zeros({1}).device(),
-                                   Tensor<float>::scalar(2).device(), Tensor<float>{1, 2}.device(),
-                                   Tensor<float>::from_vector({1}, {1}).device(), Tensor<int64_t>::empty({3}).device()};
+    const std::vector<Device> made{Tensor<float>::full({2}, 1).device(),
+                                   Tensor<float>::zeros({1}).device(),
+                                   Tensor<float>::scalar(2).device(),
+                                   Tensor<float>{1, 2}.device(),
+                                   Tensor<float>::from_vector({1}, {1}).device(),
+                                   Tensor<int64_t>::empty({3}).device()};
     std::string all;
     for (const Device& d : made) all += d.to_string() + " ";
     std::lock_guard lock(mu);

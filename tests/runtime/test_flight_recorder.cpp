@@ -187,8 +187,7 @@ TEST(FlightRecorder, TheIssueTimeIsWhenTheCallsDeadlineWasMade) {
   }
   const auto e = ring.snapshot();
   ASSERT_EQ(e.size(), 1u);
-  EXPECT_EQ(e[0].issue_ns,
-            std::chrono::duration_cast<std::chrono::nanoseconds>(d.made().time_since_epoch()).count());
+  EXPECT_EQ(e[0].issue_ns, std::chrono::duration_cast<std::chrono::nanoseconds>(d.made().time_since_epoch()).count());
   EXPECT_GE(e[0].end_ns - e[0].issue_ns, 990'000);
   // extended() keeps when the call entered.
   EXPECT_EQ(d.extended(5).made(), d.made());

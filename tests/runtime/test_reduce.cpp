@@ -89,14 +89,15 @@ TEST_P(ReduceTest, LargeGathersPutEveryPartInItsPlace) {
   auto check = [&](const Tensor<int32_t>& all) {
     int64_t wrong = 0, at = 0;
     for (int r = 0; r < n(); ++r) {
-      for (int64_t i = 0; i < rows_of(r) * 3; ++i) wrong += all.data()[at + i] != static_cast<int32_t>(1000 * r + i % 997);
+      for (int64_t i = 0; i < rows_of(r) * 3; ++i)
+        wrong += all.data()[at + i] != static_cast<int32_t>(1000 * r + i % 997);
       at += rows_of(r) * 3;
     }
     return wrong + (all.numel() == at ? 0 : 1);
   };
   EXPECT_EQ(check(s.gather(v, 0)), 0);
-  auto inside = s.run(
-      [&] { return get_replica_context()->merge_call([&](Strategy& st) { return check(st.gather(v, 0)); }); });
+  auto inside =
+      s.run([&] { return get_replica_context()->merge_call([&](Strategy& st) { return check(st.gather(v, 0)); }); });
   for (int r = 0; r < n(); ++r) EXPECT_EQ(inside[r], 0) << "replica " << r;
 }
 

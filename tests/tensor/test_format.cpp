@@ -179,7 +179,8 @@ TEST(Format, ValuesAboveTheThresholdAreSummarisedLikeNumpy) {
             "[2450, 2451, 2452, ..., 2497, 2498, 2499]]");
   // Short dimensions of a summarised array stay whole.
   EXPECT_EQ(detail::format_values(v.data(), {2, 1250}).substr(0, 26), "[[0, 1, 2, ..., 1247, 1248");
-  EXPECT_EQ(detail::format_values(v.data(), {1250, 2}), "[[0, 1], [2, 3], [4, 5], ..., [2494, 2495], [2496, 2497], [2498, 2499]]");
+  EXPECT_EQ(detail::format_values(v.data(), {1250, 2}),
+            "[[0, 1], [2, 3], [4, 5], ..., [2494, 2495], [2496, 2497], [2498, 2499]]");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -5,8 +5,8 @@
 
 #include <cstddef>
 #include <cstdlib>
-#include <string>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -76,7 +76,8 @@ TEST(HostAllocator, TheReleaseHookSeesEveryBlockBeforeItIsFreed) {
 // the cache reads the variable once per process).
 TEST(HostAllocatorEnvironment, ZeroMegabytesDisablesTheCache) {
   const char* env = std::getenv("MIRRORED_HOST_CACHE_MB");
-  if (!env || std::string(env) != "0") GTEST_SKIP() << "needs MIRRORED_HOST_CACHE_MB=0 (ctest tensor.host_cache_disabled)";
+  if (!env || std::string(env) != "0")
+    GTEST_SKIP() << "needs MIRRORED_HOST_CACHE_MB=0 (ctest tensor.host_cache_disabled)";
   void* p = host_allocate(4 * kMiB);
   host_deallocate(p, 4 * kMiB);
   EXPECT_EQ(host_cached_bytes(), 0u);

@@ -74,8 +74,8 @@ class TransportContract : public ::testing::TestWithParam<TransportKind> {
   std::unique_ptr<TransportWorld> world(int workers) {
     auto w = std::make_unique<TransportWorld>(GetParam(), dir_.path(""), workers);
     for (int r = 0; r < workers; ++r) {
-      if ((*w)[r] == nullptr) ADD_FAILURE() << "worker " << r << " has no " << testing::transport_kind_name(GetParam())
-                                            << " transport";
+      if ((*w)[r] == nullptr)
+        ADD_FAILURE() << "worker " << r << " has no " << testing::transport_kind_name(GetParam()) << " transport";
     }
     return w;
   }
@@ -161,8 +161,7 @@ void expect_half_sums(TransportWorld& world, DType dtype, const HalfCase& c) {
         std::memcpy(in.data() + i * 8, &values[i], 8);
       }
     }
-    world[rank]->all_reduce_half(dtype, c.half, in.data(), out.data(), static_cast<int64_t>(values.size()),
-                                 generous());
+    world[rank]->all_reduce_half(dtype, c.half, in.data(), out.data(), static_cast<int64_t>(values.size()), generous());
     for (std::size_t i = 0; i < values.size(); ++i) {
       if (dtype == DType::float32) {
         float f;
@@ -245,7 +244,8 @@ TEST_P(TransportContract, KeepsOperationsApartOverManyRounds) {
     }
   });
   std::vector<int64_t> expected;
-  for (int64_t round = 0; round < 20; ++round) expected.insert(expected.end(), {3 * round, round * 100, round, 1000 + round});
+  for (int64_t round = 0; round < 20; ++round)
+    expected.insert(expected.end(), {3 * round, round * 100, round, 1000 + round});
   EXPECT_EQ(got[0], expected);
   EXPECT_EQ(got[1], expected);
 }
@@ -305,7 +305,8 @@ TEST_P(TransportContract, APeerWhoseProcessExitsFailsTheOthersPromptly) {
   auto store = detail::cluster::make_file_store(dir_.path(""));
   // The child learns its pid itself; the parent learns it from the fork.
   auto infos = [&](long child_pid) {
-    return std::vector<detail::cluster::WorkerInfo>{testing::same_host_info(parent), testing::same_host_info(child_pid)};
+    return std::vector<detail::cluster::WorkerInfo>{testing::same_host_info(parent),
+                                                    testing::same_host_info(child_pid)};
   };
   testing::ChildProcess child([&](const testing::ChildProcess::Ready&) {
     // Joins as worker 1, waits until the chief has its transport too, and exits without a word.
@@ -342,8 +343,7 @@ TEST_P(TransportContract, APeerWhoseProcessExitsFailsTheOthersPromptly) {
   EXPECT_TRUE(testing::ChildProcess::exited_with(status, 0)) << "the child's status: " << status;
 }
 
-INSTANTIATE_TEST_SUITE_P(BothTransports, TransportContract,
-                         ::testing::Values(TransportKind::gloo, TransportKind::shm),
+INSTANTIATE_TEST_SUITE_P(BothTransports, TransportContract, ::testing::Values(TransportKind::gloo, TransportKind::shm),
                          [](const ::testing::TestParamInfo<TransportKind>& info) {
                            return testing::transport_kind_name(info.param);
                          });

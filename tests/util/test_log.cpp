@@ -75,7 +75,7 @@ TEST_F(CapturedLog, ABadEnvironmentValueIsReportedOnce) {
   ::setenv("MIRRORED_TEST_SECONDS", "2.5", 1);
   EXPECT_EQ(env_positive("MIRRORED_TEST_SECONDS", 7.0), 2.5);
   ::setenv("MIRRORED_TEST_SECONDS", "0", 1);
-  EXPECT_EQ(env_positive("MIRRORED_TEST_SECONDS", 7.0), 7.0);  // not positive
+  EXPECT_EQ(env_positive("MIRRORED_TEST_SECONDS", 7.0), 7.0);      // not positive
   EXPECT_EQ(env_non_negative("MIRRORED_TEST_SECONDS", 7.0), 0.0);  // but a valid size
   ::unsetenv("MIRRORED_TEST_SECONDS");
   const auto got = lines();

@@ -26,8 +26,8 @@ using ::testing::HasSubstr;
 using testing::Kind;
 using testing::kind_name;
 using testing::message_of;
-using testing::slot_names;
 using testing::same_bits;
+using testing::slot_names;
 
 std::unique_ptr<optimizers::Optimizer<float>> make(Kind k, bool sharded) {
   return testing::make_optimizer<float>(k, sharded, {.learning_rate = 0.25, .momentum = 0.5});

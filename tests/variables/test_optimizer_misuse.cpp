@@ -14,8 +14,8 @@
 namespace mirrored {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::cpus;
+using ::testing::HasSubstr;
 using testing::message_of;
 
 int replica_id() { return get_replica_context()->replica_id_in_sync_group(); }
@@ -26,8 +26,9 @@ TEST(OptimizerMisuse, AVariableMadeOutsideTheScopeIsRefusedInsideRun) {
   optimizers::SGD<> opt({.learning_rate = 1.0});
   // Every run refuses it the same way (before, each replica updated the one copy at once).
   for (int attempt = 0; attempt < 5; ++attempt) {
-    EXPECT_EQ(message_of<FailedPreconditionError>(
-                  [&] { s.run([&] { opt.apply_gradients({{Tensor<float>{1, 1}, w}}); }); }),
+    EXPECT_EQ(message_of<FailedPreconditionError>([&] {
+                s.run([&] { opt.apply_gradients({{Tensor<float>{1, 1}, w}}); });
+              }),
               "apply_gradients inside run of " + s.name() +
                   ": variable 'w1' was made outside the strategy's scope, so it has one copy that every replica "
                   "would update at once; make it inside strategy.scope()");

@@ -22,16 +22,14 @@ namespace mirrored {
 namespace sharded_test {  // named: the unity build puts these beside test_fused_optimizers.cpp's
 
 using testing::cpus;
+using ::testing::HasSubstr;
 using testing::Kind;
 using testing::kind_name;
-using testing::slot_names;
-using testing::same_bits;
-using ::testing::HasSubstr;
 using testing::message_of;
+using testing::same_bits;
+using testing::slot_names;
 
 enum class Ops { InProcess, ToOneDevice };
-
-
 
 template <class T>
 std::unique_ptr<optimizers::Optimizer<T>> make(Kind k, bool sharded) {
@@ -63,9 +61,9 @@ struct Result {
 };
 
 Result train(Kind kind, bool sharded, int n, Ops ops, int steps, bool skip_aggregation = false) {
-  std::shared_ptr<CrossDeviceOps> cross =
-      ops == Ops::InProcess ? std::shared_ptr<CrossDeviceOps>(std::make_shared<InProcessAllReduce>())
-                            : std::make_shared<ReductionToOneDevice>();
+  std::shared_ptr<CrossDeviceOps> cross = ops == Ops::InProcess
+                                              ? std::shared_ptr<CrossDeviceOps>(std::make_shared<InProcessAllReduce>())
+                                              : std::make_shared<ReductionToOneDevice>();
   MirroredStrategy s(cpus(n), cross);
   std::vector<Variable<float>> vars;
   {
@@ -204,7 +202,8 @@ TEST(ShardedOptimizerState, SlotsAreShardedVariablesReadWholeInCrossReplicaConte
     auto scope = s.scope();
     w.emplace(Tensor<float>::zeros({5}));
   }
-  optimizers::SGD<float> opt(optimizers::SGDOptions{.learning_rate = 1, .momentum = 0.5, .shard_optimizer_state = true});
+  optimizers::SGD<float> opt(
+      optimizers::SGDOptions{.learning_rate = 1, .momentum = 0.5, .shard_optimizer_state = true});
   s.run([&] { opt.apply_gradients({{Tensor<float>::from_vector({1, 2, 3, 4, 5}, {5}), *w}}); });
   Variable<float> m = opt.get_slot(*w, "momentum");
   EXPECT_TRUE(m.is_sharded());

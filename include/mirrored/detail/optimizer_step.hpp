@@ -5,8 +5,8 @@
 /// gradients across replicas (or not) and updates the copies in place, in one collective.
 
 #include <array>
-#include <string>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "mirrored/communication_options.hpp"
@@ -42,11 +42,11 @@ struct OptimizerStep {
   /// must pass in the same order (checked with the other arguments, before any byte moves)
   std::vector<const void*> variables;
   std::vector<const std::string*> names;
-  std::vector<UntypedTensor> grads;                 ///< per variable: this replica's gradient (any device)
-  std::vector<UntypedTensor> params;                ///< per variable: this replica's copy
-  std::vector<SlotTensors> slots;  ///< per variable: slot copies or slices
-  UntypedTensor step_in;   ///< int64 scalar: the updates applied so far (this replica's counter)
-  UntypedTensor step_out;  ///< int64 scalar on step_in's device: receives the new count
+  std::vector<UntypedTensor> grads;    ///< per variable: this replica's gradient (any device)
+  std::vector<UntypedTensor> params;   ///< per variable: this replica's copy
+  std::vector<SlotTensors> slots;      ///< per variable: slot copies or slices
+  UntypedTensor step_in;               ///< int64 scalar: the updates applied so far (this replica's counter)
+  UntypedTensor step_out;              ///< int64 scalar on step_in's device: receives the new count
   CommunicationOptions communication;  ///< the optimizer's (pack size, timeout, compression)
 };
 

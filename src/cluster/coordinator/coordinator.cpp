@@ -187,7 +187,7 @@ void Coordinator::start_server(const std::string& host, int port, double timeout
 }
 
 std::vector<std::string> Coordinator::wait_for_workers(const std::vector<std::string>& keys,
-                                                      Clock::time_point deadline) {
+                                                       Clock::time_point deadline) {
   // In slices, so that a worker configured differently (published by the chief's store) fails
   // every worker at once instead of at the timeout.
   const std::string error_key = startup_error_key(prefix_);
@@ -224,8 +224,8 @@ void Coordinator::meet(Clock::time_point deadline, int local_replicas, const std
   const double grace = rank() == 0 && tcp_ ? kChiefStartupGraceSeconds : 0.0;
   std::vector<std::string> missing;
   try {
-    missing = wait_for_workers(keys, deadline + std::chrono::duration_cast<Clock::duration>(
-                                                     std::chrono::duration<double>(grace)));
+    missing = wait_for_workers(
+        keys, deadline + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace)));
   } catch (const UnavailableError& e) {
     throw UnavailableError(
         str_cat("MultiWorkerMirroredStrategy: ", name(0), " went away while the workers were starting up: ", e.what()));

@@ -489,8 +489,8 @@ void MultiWorkerRuntime::gather_across(const UntypedTensor& local_concat, const 
 }
 
 UntypedTensor MultiWorkerRuntime::concat_across_workers(const char* op,
-                                                       const std::vector<const UntypedTensor*>& local_parts, int axis,
-                                                       const Device& home, TimePoint d, const Parallel& parallel) {
+                                                        const std::vector<const UntypedTensor*>& local_parts, int axis,
+                                                        const Device& home, TimePoint d, const Parallel& parallel) {
   const UntypedTensor& first = *local_parts.at(0);
   check_same_call(op, str_cat("axis ", axis, ", ", dtype_name(first.dtype), " of rank ", first.shape.size()), d);
   std::vector<const Shape*> local_shapes;
@@ -557,9 +557,8 @@ UntypedTensor MultiWorkerRuntime::gather(const std::vector<UntypedTensor>& local
   std::vector<const UntypedTensor*> parts;
   for (const auto& p : local_parts) parts.push_back(&p);
   UntypedTensor out;
-  coordinator().collective("gather", deadline, [&](TimePoint d) {
-    out = concat_across_workers("gather", parts, axis, cpu0, d, parallel);
-  });
+  coordinator().collective("gather", deadline,
+                           [&](TimePoint d) { out = concat_across_workers("gather", parts, axis, cpu0, d, parallel); });
   return out;
 }
 

@@ -256,9 +256,9 @@ struct StoreServer::Impl {
           const std::string who = rank >= 0 && rank < static_cast<int64_t>(cluster.size())
                                       ? cluster[static_cast<std::size_t>(rank)]
                                       : str_cat("the worker of task index ", rank);
-          return refuse_at_startup(c, str_cat("start-up: the workers' TF_CONFIGs differ: ", who, " has a cluster of ",
-                                              describe_cluster(cluster), " but the chief, ", names[0], ", has ",
-                                              describe_cluster(names)));
+          return refuse_at_startup(
+              c, str_cat("start-up: the workers' TF_CONFIGs differ: ", who, " has a cluster of ",
+                         describe_cluster(cluster), " but the chief, ", names[0], ", has ", describe_cluster(names)));
         }
         if (job != job_id) {
           reply(c, kError, Writer().str(str_cat("this store serves job '", job_id, "', not '", job, "'")));

@@ -62,8 +62,8 @@ void InProcessAllReduce::reduce_part(ReduceOp op, const std::vector<detail::Unty
   detail::stream_fence();  // before the caller reads what the other parts wrote
 }
 
-using detail::in_process::kBlockBytes;
 using detail::kStreamMinBytes;
+using detail::in_process::kBlockBytes;
 
 void InProcessAllReduce::all_reduce(ReduceOp op, CollectiveStep& step) {
   const int n = step.num_replicas();

@@ -32,8 +32,8 @@ bool all_host(const detail::OptimizerStep& s) {
 }  // namespace
 
 bool InProcessAllReduce::all_reduce_and_update(CollectiveStep& step) {
-  using detail::in_process::kBlockBytes;
   using detail::kStreamMinBytes;
+  using detail::in_process::kBlockBytes;
   const int n = step.num_replicas();
   const int me = step.replica();
   for (int r = 0; r < n; ++r) {

@@ -91,7 +91,7 @@ bool NcclAllReduce::all_reduce_and_update(CollectiveStep& step) {
   struct Staged {
     const detail::Pack* pack;
     detail::ShardedPack layout;
-    detail::UntypedTensor gathered{};         // every shard's updated slices
+    detail::UntypedTensor gathered{};          // every shard's updated slices
     std::vector<detail::SlotTensors> slots{};  // this replica's updated slots
   };
   const std::vector<detail::Pack> packs = detail::optimizer_packs(mine);

@@ -109,8 +109,8 @@ static_assert(sizeof(OptimizerSegments) <= 4096, "the optimizer's segments must 
 /// unchanged, when the launch already holds kMaxOptimizerSegments (the 49th tensor of a pack goes
 /// to a launch of its own, which detail::plan_packs's max_leaves arranges).
 /// `slots` holds kMaxOptimizerSlots pointers (nullptr past the kind's slots).
-constexpr MIRRORED_HOST_DEVICE bool add_segment(OptimizerSegments& s, void* param, const void* grad,
-                                                void* const* slots, int64_t numel) {
+constexpr MIRRORED_HOST_DEVICE bool add_segment(OptimizerSegments& s, void* param, const void* grad, void* const* slots,
+                                                int64_t numel) {
   if (s.count < 0 || s.count >= kMaxOptimizerSegments) return false;
   const int j = s.count;
   s.param[j] = param;

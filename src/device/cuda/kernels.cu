@@ -299,8 +299,8 @@ cudaError_t binary(Binary op, DType dtype, const void* a, bool a_scalar, const v
   });
 }
 
-cudaError_t sum_n(DType dtype, const void* const* in, int k, const void* acc, void* out, int64_t n,
-                  cudaStream_t stream, int64_t mean_divisor) {
+cudaError_t sum_n(DType dtype, const void* const* in, int k, const void* acc, void* out, int64_t n, cudaStream_t stream,
+                  int64_t mean_divisor) {
   if (k < 0 || k > kMaxSumInputs || (k == 0 && !acc)) return cudaErrorInvalidValue;
   return with_dtype(dtype, [&](auto zero) {
     using T = decltype(zero);

@@ -30,8 +30,8 @@ cudaError_t binary(Binary op, DType dtype, const void* a, bool a_scalar, const v
 /// `in[0]` (then the sum runs over in[1..k-1]). `k` <= kMaxSumInputs (kernel_index.hpp: more are
 /// chained, sum_chain_link). `out` may alias any input. `mean_divisor` > 0: the sum is divided by
 /// it before it is rounded to the element type (MEAN).
-cudaError_t sum_n(DType dtype, const void* const* in, int k, const void* acc, void* out, int64_t n,
-                  cudaStream_t stream, int64_t mean_divisor = 0);
+cudaError_t sum_n(DType dtype, const void* const* in, int k, const void* acc, void* out, int64_t n, cudaStream_t stream,
+                  int64_t mean_divisor = 0);
 
 /// Sums `[outer, length, inner]` along the middle axis into `[outer, inner]`, in index order.
 cudaError_t sum_axis(DType dtype, const void* in, int64_t outer, int64_t length, int64_t inner, void* out,
