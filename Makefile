@@ -1,6 +1,7 @@
 # Convenience wrapper around the CMake presets (see CMakePresets.json).
 #   make demo   - release build, run the main example (train_digits)
 #   make test   - debug build + full ctest run
+#   make format-check - every tracked C++ file as clang-format-14 writes it (CI's first stage)
 #   make asan   - AddressSanitizer/UBSan build + ctest
 #   make tsan   - ThreadSanitizer build + ctest
 #   make slow   - debug build + the tests labelled `slow`, which the other test targets leave out
@@ -24,12 +25,16 @@
 JOBS ?= 2
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps demo test slow asan tsan simulated-gpus fuzz cuda cuda-debug bench bench-report interop clean
+.PHONY: all deps format-check demo test slow asan tsan simulated-gpus fuzz cuda cuda-debug bench bench-report interop clean
 
 all: test
 
 deps:
 	bash scripts/install-deps.sh
+
+# Every tracked C++ file as clang-format-14 writes it (tools/check_format.sh --fix rewrites them).
+format-check: deps
+	bash tools/check_format.sh
 
 # Only the example and the library it links: the demo must not wait for every test.
 demo: deps

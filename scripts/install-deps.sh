@@ -44,6 +44,7 @@ packages=(
   python3  # the layer check (tools/check_layers.py, the tests `layers` and `layers.self_test`)
   # The fuzz preset (make fuzz): clang with libFuzzer and the sanitizer runtimes.
   clang-14
+  clang-format-14  # the formatting check (tools/check_format.sh, CI's first stage)
   libclang-rt-14-dev
   llvm  # llvm-symbolizer, for symbolized sanitizer reports
 )
