@@ -61,12 +61,11 @@ endif()
 
 # Compile-time mistakes get a static_assert naming the mistake: each file under compile_fail/ must
 # fail to compile, with its message.
-foreach(case IN ITEMS run_tuple_as_two_parameters:"Strategy::run: fn cannot be called with the arguments"
-                      grads_and_vars_in_the_wrong_order:"apply_gradients takes GradsAndVars<T>"
-                      grads_and_vars_of_another_dtype:"apply_gradients takes GradsAndVars<T>")
-  string(REPLACE ":" ";" parts "${case}")
-  list(GET parts 0 name)
-  list(GET parts 1 message)
+set(_compile_fail_cases run_tuple_as_two_parameters grads_and_vars_in_the_wrong_order
+                        grads_and_vars_of_another_dtype)
+set(_compile_fail_messages "Strategy::run: fn cannot be called with the arguments as each replica sees them"
+                           "apply_gradients takes GradsAndVars<T>" "apply_gradients takes GradsAndVars<T>")
+foreach(name message IN ZIP_LISTS _compile_fail_cases _compile_fail_messages)
   add_test(NAME headers.compile_fail.${name}
     COMMAND "${CMAKE_CXX_COMPILER}" -std=c++20 -fsyntax-only "-I${PROJECT_SOURCE_DIR}/include"
             "-I${PROJECT_BINARY_DIR}/include" "${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/${name}.cpp")
