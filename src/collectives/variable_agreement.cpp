@@ -24,7 +24,7 @@ std::string list_of(const std::vector<std::string>& names) {
 }
 
 // The same verdict on every replica: each compares every replica's list with replica 0's, in order.
-void check_local(const char* op, const std::vector<const VariablesPost*>& posts) {
+void check_local(const std::vector<const VariablesPost*>& posts) {
   const VariablesPost& first = *posts[0];
   for (std::size_t r = 1; r < posts.size(); ++r) {
     const VariablesPost& other = *posts[r];
@@ -60,7 +60,7 @@ void CollectivePlan::agree_on_variables(int replica, const char* op, const std::
     inside_collective(group_, replica, [&] {
       std::vector<const VariablesPost*> posts;
       for (int r = 0; r < group_.size(); ++r) posts.push_back(static_cast<const VariablesPost*>(group_.payload(r)));
-      check_local(op, posts);
+      check_local(posts);
       if (replica == 0) {
         try {
           across_workers();

@@ -160,11 +160,7 @@ class Job {
   /// with `env` added to this process's environment (and its TF_CONFIG and a fresh job id).
   Job(int total, const std::vector<int>& start, const std::vector<std::string>& argv,
       const std::map<std::string, std::string>& env = {}) {
-    static std::once_flag subreaper;
-    std::call_once(subreaper, [] { ::prctl(PR_SET_CHILD_SUBREAPER, 1); });
-    for (int w = 0; w < total; ++w) addresses_.push_back("127.0.0.1:" + std::to_string(free_port()));
-    std::random_device rd;
-    const std::string job_id = "test-" + std::to_string(rd()) + "-" + std::to_string(::getpid());
+    const std::string job_id = prepare(total);
     for (int rank : start) {
       std::map<std::string, std::string> vars = env;
       vars["TF_CONFIG"] = tf_config(addresses_, rank);
@@ -179,11 +175,7 @@ class Job {
   /// unless `env` sets MIRRORED_JOB_ID ("" for none: the job id derived from the cluster).
   Job(const TfConfigs& tf_configs, int total, const std::vector<std::string>& argv,
       const std::map<std::string, std::string>& env = {}) {
-    static std::once_flag subreaper;
-    std::call_once(subreaper, [] { ::prctl(PR_SET_CHILD_SUBREAPER, 1); });
-    for (int w = 0; w < total; ++w) addresses_.push_back("127.0.0.1:" + std::to_string(free_port()));
-    std::random_device rd;
-    const std::string job_id = "test-" + std::to_string(rd()) + "-" + std::to_string(::getpid());
+    const std::string job_id = prepare(total);
     const std::vector<std::string> configs = tf_configs.make(addresses_);
     for (std::size_t k = 0; k < configs.size(); ++k) {
       std::map<std::string, std::string> vars = env;
@@ -191,6 +183,16 @@ class Job {
       vars.emplace("MIRRORED_JOB_ID", job_id);
       spawn(static_cast<int>(k), argv, vars);
     }
+  }
+
+  // What every job does first: makes this process the subreaper (a killed worker's children come
+  // back here), picks `total` free ports, and returns a fresh job id.
+  std::string prepare(int total) {
+    static std::once_flag subreaper;
+    std::call_once(subreaper, [] { ::prctl(PR_SET_CHILD_SUBREAPER, 1); });
+    for (int w = 0; w < total; ++w) addresses_.push_back("127.0.0.1:" + std::to_string(free_port()));
+    std::random_device rd;
+    return "test-" + std::to_string(rd()) + "-" + std::to_string(::getpid());
   }
 
   ~Job() {
