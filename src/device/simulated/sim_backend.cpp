@@ -294,11 +294,19 @@ void Backend::raise_division_by_zero(StreamKind kind) {
 }
 
 void Backend::sum_n(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count) {
+  sum_n_mean(dtype, inputs, num_inputs, out, count, 0);
+}
+
+// The host's fused sum and MEAN (float16 and bfloat16 divided in float before their one rounding),
+// as the CUDA backend's: the default's sum-then-divide rounded them twice on a simulated GPU.
+void Backend::sum_n_mean(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count,
+                         int64_t mean_divisor) {
   if (count <= 0) return;
   MIRRORED_ENFORCE(num_inputs >= 1, InternalError, "sum_n on ", logical_.short_name(), " with ", num_inputs, " inputs");
   Stream& s = stream_for_call();
   std::vector<const void*> in(inputs, inputs + num_inputs);
-  s.enqueue([=, in = std::move(in)] { host_backend().sum_n(dtype, in.data(), num_inputs, out, count); });
+  s.enqueue(
+      [=, in = std::move(in)] { host_backend().sum_n_mean(dtype, in.data(), num_inputs, out, count, mean_divisor); });
 }
 
 void Backend::sum_axis(DType dtype, const void* in, int64_t outer, int64_t length, int64_t inner, void* out) {

@@ -94,6 +94,8 @@ class Backend final : public GpuBackend {
   void binary(BinaryOp op, DType dtype, const void* a, bool a_scalar, const void* b, bool b_scalar, void* out,
               int64_t count) override;
   void sum_n(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count) override;
+  void sum_n_mean(DType dtype, const void* const* inputs, int num_inputs, void* out, int64_t count,
+                  int64_t mean_divisor) override;
   void sum_axis(DType dtype, const void* in, int64_t outer, int64_t length, int64_t inner, void* out) override;
   void divide(DType dtype, void* inout, int64_t count, int64_t divisor) override;
   void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, int64_t count) override;
