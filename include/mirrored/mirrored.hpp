@@ -32,6 +32,7 @@
 #include "mirrored/mirrored_strategy.hpp"
 #include "mirrored/multi_worker_mirrored_strategy.hpp"
 #include "mirrored/nn.hpp"
+#include "mirrored/optimizer.hpp"
 #include "mirrored/optimizers.hpp"
 #include "mirrored/pending_collective.hpp"
 #include "mirrored/preemption_checkpoint_handler.hpp"
