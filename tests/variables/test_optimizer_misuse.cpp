@@ -79,6 +79,19 @@ struct Model {
   Variable<float> a, b, c;
 };
 
+// Replica 0 passes (a, b), replica 1 (b, a): the error it gets.
+std::string swapped_order_error(Model& m, optimizers::Optimizer<float>& opt) {
+  const Tensor<float> g{1, 1};
+  return message_of<InvalidArgumentError>([&] {
+    m.s.run([&] {
+      if (replica_id() == 0)
+        opt.apply_gradients({{g, m.a}, {g, m.b}});
+      else
+        opt.apply_gradients({{g, m.b}, {g, m.a}});
+    });
+  });
+}
+
 class Disagreement : public ::testing::TestWithParam<bool> {
  protected:
   std::unique_ptr<optimizers::Optimizer<float>> make() const {
@@ -91,15 +104,7 @@ TEST_P(Disagreement, AnotherOrderOnTheFirstStepIsRefusedBeforeAnySlotIsMade) {
   Model m(2);
   auto opt = make();
   const auto before = m.copies();
-  const Tensor<float> g{1, 1};
-  EXPECT_EQ(message_of<InvalidArgumentError>([&] {
-              m.s.run([&] {
-                if (replica_id() == 0)
-                  opt->apply_gradients({{g, m.a}, {g, m.b}});
-                else
-                  opt->apply_gradients({{g, m.b}, {g, m.a}});
-              });
-            }),
+  EXPECT_EQ(swapped_order_error(m, *opt),
             "apply_gradients: every replica must pass the same variables in the same order: replica 0 passed "
             "['a', 'b'] but replica 1 passed ['b', 'a'] (they differ at position 0)");
   EXPECT_EQ(m.copies(), before);
@@ -126,14 +131,7 @@ TEST_P(Disagreement, AnotherOrderAfterAGoodStepIsRefusedAndChangesNothing) {
   m.s.run([&] { opt->apply_gradients({{g, m.a}, {g, m.b}}); });
   EXPECT_EQ(opt->iterations(), 1);
   const auto before = m.copies();
-  EXPECT_EQ(message_of<InvalidArgumentError>([&] {
-              m.s.run([&] {
-                if (replica_id() == 0)
-                  opt->apply_gradients({{g, m.a}, {g, m.b}});
-                else
-                  opt->apply_gradients({{g, m.b}, {g, m.a}});
-              });
-            }),
+  EXPECT_EQ(swapped_order_error(m, *opt),
             "apply_gradients: every replica must pass the same variables in the same order: replica 0 passed 'a' at "
             "position 0 but replica 1 passed 'b'");
   EXPECT_EQ(m.copies(), before);
@@ -177,15 +175,7 @@ TEST(OptimizerMisuse, AnOptimizerOfOnesOwnIsCheckedOnEveryStep) {
   const Tensor<float> g{1, 1};
   m.s.run([&] { opt.apply_gradients({{g, m.a}, {g, m.b}}); });
   const auto before = m.copies();
-  EXPECT_THAT(message_of<InvalidArgumentError>([&] {
-                m.s.run([&] {
-                  if (replica_id() == 0)
-                    opt.apply_gradients({{g, m.a}, {g, m.b}});
-                  else
-                    opt.apply_gradients({{g, m.b}, {g, m.a}});
-                });
-              }),
-              HasSubstr("replica 0 passed ['a', 'b'] but replica 1 passed ['b', 'a']"));
+  EXPECT_THAT(swapped_order_error(m, opt), HasSubstr("replica 0 passed ['a', 'b'] but replica 1 passed ['b', 'a']"));
   EXPECT_EQ(m.copies(), before);
 }
 
