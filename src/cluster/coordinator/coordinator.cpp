@@ -11,6 +11,7 @@
 #include "cluster/store/tcp_store.hpp"
 #include "cluster/transport/gloo/gloo_transport.hpp"
 #include "cluster/transport/shm/shm_transport.hpp"
+#include "cluster/transport/two_level_transport.hpp"
 #include "collectives/flight_recorder.hpp"
 #include "mirrored/errors.hpp"
 #include "util/fnv1a.hpp"
@@ -82,7 +83,10 @@ std::string with_separator(const std::string& report) { return report.empty() ? 
 
 Coordinator::Coordinator(const ClusterLayout& layout, double timeout_s, int local_replicas, std::string device_kind,
                          bool allow_shared_memory)
-    : layout_(layout), timeout_s_(timeout_s) {
+    : layout_(layout),
+      timeout_s_(timeout_s),
+      peer_timeout_s_(env_positive("MIRRORED_PEER_TIMEOUT_S", StoreServer::kDefaultPeerTimeoutSeconds)),
+      stall_warn_s_(env_positive("MIRRORED_STALL_WARN_S", 60.0)) {
   const auto deadline = net::deadline_after(timeout_s);
   job_id_ = env_or("MIRRORED_JOB_ID", default_job_id(layout_));
   start_store(timeout_s);
@@ -90,6 +94,7 @@ Coordinator::Coordinator(const ClusterLayout& layout, double timeout_s, int loca
     const auto [host, port] = net::split_host_port(layout_.addresses[static_cast<std::size_t>(rank())], name(rank()));
     (void)port;
     if (auto shm = allow_shared_memory ? make_shm_transport_if_same_host(job, by) : nullptr) return shm;
+    if (auto two = allow_shared_memory ? make_two_level_transport_if_grouped(job, host, by) : nullptr) return two;
     return make_gloo_transport(job.store, job.prefix, host, rank(), num_workers(), by);
   });
 }
@@ -97,7 +102,10 @@ Coordinator::Coordinator(const ClusterLayout& layout, double timeout_s, int loca
 Coordinator::Coordinator(const ClusterLayout& layout, double timeout_s, int local_replicas, std::string device_kind,
                          std::unique_ptr<KeyValueStore> store, const std::string& generation,
                          const TransportFactory& make_transport)
-    : layout_(layout), timeout_s_(timeout_s) {
+    : layout_(layout),
+      timeout_s_(timeout_s),
+      peer_timeout_s_(env_positive("MIRRORED_PEER_TIMEOUT_S", StoreServer::kDefaultPeerTimeoutSeconds)),
+      stall_warn_s_(env_positive("MIRRORED_STALL_WARN_S", 60.0)) {
   const auto deadline = net::deadline_after(timeout_s);
   job_id_ = env_or("MIRRORED_JOB_ID", default_job_id(layout_));
   store_ = std::move(store);
@@ -111,6 +119,7 @@ void Coordinator::join(Clock::time_point deadline, int local_replicas, const std
   const TransportJob job{
       .store = *store_, .prefix = prefix_, .rank = rank(), .workers = infos_, .names = layout_.names};
   transport_ = make_transport(job, deadline);
+  start_peer_watch();
   MIRRORED_LOG(info, "MultiWorkerMirroredStrategy: ", name(rank()), " joined a job of ", num_workers(), " workers (",
                store_->describe(), "; cross-worker transport: ", transport_->name(), ")");
   monitor_ = std::thread([this] { monitor_loop(); });
@@ -133,8 +142,10 @@ void Coordinator::start_store(double timeout_s) {
     try {
       client = std::make_unique<TcpStoreClient>(host, port, job_id_, rank(), TcpStoreClient::Role::request, timeout_s,
                                                 layout_.names);
+      // The monitor's polls are its heartbeats: an answer that does not come within the peer
+      // timeout is the chief's loss.
       monitor_store_ = std::make_unique<TcpStoreClient>(host, port, job_id_, rank(), TcpStoreClient::Role::monitor,
-                                                        timeout_s, layout_.names);
+                                                        timeout_s, layout_.names, peer_timeout_s_);
     } catch (const DeadlineExceededError& e) {
       // e names the chief's address: name(0) would repeat it.
       throw DeadlineExceededError(str_cat("MultiWorkerMirroredStrategy: worker 0, the chief, never joined within ",
@@ -158,7 +169,7 @@ void Coordinator::start_store(double timeout_s) {
 
 void Coordinator::start_server(const std::string& host, int port, double timeout_s) {
   try {
-    server_ = std::make_unique<StoreServer>(host, port, job_id_, layout_.names);
+    server_ = std::make_unique<StoreServer>(host, port, job_id_, layout_.names, peer_timeout_s_);
   } catch (const UnavailableError& taken) {
     const UnavailableError listen_error = taken;
     // The port is taken. If the store there is this job's, another process already is worker 0:
@@ -215,6 +226,13 @@ void Coordinator::meet(Clock::time_point deadline, int local_replicas, const std
   me.local_replicas = local_replicas;
   me.device_kind = device_kind;
   me.pid = static_cast<long>(getpid());
+  if (tcp_) {
+    const auto [host_name, port] =
+        net::split_host_port(layout_.addresses[static_cast<std::size_t>(rank())], name(rank()));
+    (void)port;
+    peer_watch_ = std::make_unique<PeerWatch>(host_name);
+    me.heartbeat_port = peer_watch_->port();
+  }
   store_->set(prefix_ + "join/" + std::to_string(rank()), me.encode());
 
   std::vector<std::string> keys;
@@ -268,6 +286,7 @@ void Coordinator::monitor_loop() {
       if (monitor_store_) {
         failure = monitor_store_->get(failure_key(prefix_), kMonitorPollSeconds);  // long poll
         if (!failure) departed = monitor_store_->departed(kMonitorPollSeconds);
+        if (const int w = silent_neighbour_.exchange(-1); !failure && w > 0 && neighbour_silent(w)) return;
       } else {
         failure = store_->get(failure_key(prefix_), 0);
         if (!failure && ++loops % 4 == 0) {
@@ -286,11 +305,14 @@ void Coordinator::monitor_loop() {
       return;
     } catch (const std::exception& e) {
       if (stopping()) return;
-      // The chief's store stopped answering (a stopped or hung chief): collectives still end at
-      // their timeout.
-      MIRRORED_LOG(warn, "MultiWorkerMirroredStrategy: ", name(rank()), " stops watching for failures: ", e.what());
+      // The chief's store has not answered a poll for the peer timeout: the chief is stopped,
+      // its host is down, or this worker is cut off from it. Either way the job has failed.
+      MIRRORED_LOG(warn, "MultiWorkerMirroredStrategy: ", name(rank()), ": ", e.what());
+      store_lost_.store(true);  // nothing more is asked of it: each request would wait its slack
+      fail_locally(lost_worker_notice(name(0), peer_timeout_s_));
       return;
     }
+    warn_if_stalled();
     if (failure) {
       post_flight_state();  // for the report of the worker that failed (and of every other)
       fail_locally(decode_failure(*failure));
@@ -314,6 +336,66 @@ void Coordinator::monitor_loop() {
       }
     }
   }
+}
+
+void Coordinator::start_peer_watch() {
+  if (!peer_watch_) return;
+  std::vector<PeerWatch::Peer> peers;
+  for (int w : ring_neighbours(rank(), num_workers())) {
+    const int port = infos_[static_cast<std::size_t>(w)].heartbeat_port;
+    if (port <= 0) continue;
+    const auto [host, p] = net::split_host_port(layout_.addresses[static_cast<std::size_t>(w)], name(w));
+    (void)p;
+    peers.push_back({w, host, port});
+  }
+  // Several beats per timeout, so that a few lost datagrams never make a neighbour silent.
+  // The chief's silence is the monitor's own finding; the other neighbours' is checked by the
+  // monitor thread, on its connection (whose requests end within the peer timeout).
+  peer_watch_->start(rank(), peers, prefix_, std::min(1.0, peer_timeout_s_ / 5), peer_timeout_s_, [this](int w) {
+    if (w != 0) silent_neighbour_.store(w);
+  });
+}
+
+bool Coordinator::neighbour_silent(int w) {
+  // A worker cut off from everyone is also silent to the chief, which publishes it within
+  // moments of this; a published failure is the job's. A request that gets no answer throws:
+  // then this worker is the one cut off, and the monitor reports the chief's loss.
+  std::optional<std::string> published = monitor_store_->get(failure_key(prefix_), kCauseWaitSeconds);
+  FailureNotice notice;
+  if (published) {
+    notice = decode_failure(*published);
+  } else {
+    const auto stale = monitor_store_->stale_workers(peer_timeout_s_ / 2, kCauseWaitSeconds);
+    const bool lost = std::find(stale.begin(), stale.end(), w) != stale.end();
+    notice = lost ? lost_worker_notice(name(w), peer_timeout_s_)
+                  : unreachable_pair_notice(name(std::min(w, rank())), name(std::max(w, rank())), peer_timeout_s_);
+    if (!monitor_store_->set_if_absent(failure_key(prefix_), encode_failure(notice))) {
+      if (auto first = monitor_store_->get(failure_key(prefix_), 0)) notice = decode_failure(*first);
+    }
+  }
+  MIRRORED_LOG(warn, "MultiWorkerMirroredStrategy: ", name(rank()), ": ", notice.message);
+  post_flight_state();
+  fail_locally(notice);
+  return true;
+}
+
+void Coordinator::warn_if_stalled() {
+  const int64_t seq = in_flight_.load();
+  if (seq != stall_seq_) {
+    stall_seq_ = seq;
+    stall_since_ = Clock::now();
+    stall_warned_ = false;
+    return;
+  }
+  if (seq == 0 || stall_warned_ || Clock::now() - stall_since_ < std::chrono::duration<double>(stall_warn_s_)) return;
+  stall_warned_ = true;
+  const std::string stale = describe_stale();
+  MIRRORED_LOG(warn, "MultiWorkerMirroredStrategy: ", name(rank()), " has waited ", stall_warn_s_,
+               " s in cross-worker collective #", seq, " (", in_flight_what_.load(), ")",
+               stale.empty() ? "; every worker's heartbeat is fresh (alive, but not in this collective yet, or a "
+                               "slow link)"
+                             : stale,
+               " (MIRRORED_STALL_WARN_S)");
 }
 
 void Coordinator::fail_locally(const FailureNotice& notice) {
@@ -348,6 +430,7 @@ FailureNotice Coordinator::fail(FailureNotice notice) {
 }
 
 std::optional<FailureNotice> Coordinator::published_failure(double wait_s) {
+  if (store_lost_.load()) return std::nullopt;
   try {
     if (auto v = store_->get(failure_key(prefix_), wait_s)) return decode_failure(*v);
   } catch (const UnavailableError& e) {
@@ -412,6 +495,7 @@ void Coordinator::collective(const char* what, const mirrored::Deadline& call_de
       }
     }
   }
+  in_flight_what_.store(what);
   in_flight_.store(seq);
   // The call's deadline, made where it entered the library: the local rendezvous before this
   // point has spent part of it already.
@@ -474,7 +558,7 @@ void Coordinator::fail_collective(const char* what, Clock::time_point deadline, 
 
 void Coordinator::post_flight_state() noexcept {
   FlightRecorder* recorder = recorder_.load();
-  if (!recorder || !recorder->enabled() || !store_) return;
+  if (!recorder || !recorder->enabled() || !store_ || store_lost_.load()) return;
   dump_flight_recorders_on_event(rank());
   try {
     store_->set(str_cat(prefix_, "flight/", rank()), encode_flights(recorder->flights()));
@@ -486,6 +570,7 @@ void Coordinator::post_flight_state() noexcept {
 std::string Coordinator::flight_report(double wait_s) noexcept {
   FlightRecorder* recorder = recorder_.load();
   if (!recorder || !recorder->enabled() || !store_) return "";
+  if (store_lost_.load()) return "flight recorder: no report (the chief's store is lost)";
   try {
     dump_flight_recorders_on_event(rank());
     std::vector<ReplicaFlight> all = recorder->flights();
@@ -523,6 +608,7 @@ void Coordinator::shutdown() noexcept {
   }
   stop_cv_.notify_all();
   if (monitor_.joinable()) monitor_.join();
+  if (peer_watch_) peer_watch_->stop();
   bool failed;
   {
     std::lock_guard lock(mu_);

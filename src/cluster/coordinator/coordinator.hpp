@@ -8,9 +8,12 @@
 // Failures (docs/multi_worker.md): the first failure of a job is published in the store, so
 // every worker reports the same cause — UnavailableError naming a worker that died,
 // DeadlineExceededError after the collective timeout (naming workers that stopped answering),
-// FailedPreconditionError naming a worker that left early. The worker that sees it fails the
-// collective in flight with it (interrupting the transport), and every later collective fails
-// with FailedPreconditionError: a job is restarted to recover, as in TF.
+// FailedPreconditionError naming a worker that left early. Failures that close no connection (a
+// host down or partitioned, a process stopped) are found by heartbeats within the peer timeout
+// (MIRRORED_PEER_TIMEOUT_S, 10 s): the chief's store hears every worker's monitor, every monitor
+// hears the store, and ring neighbours hear each other (peer_watch.hpp); see docs/reliability.md. The worker that sees
+// it fails the collective in flight with it (interrupting the transport), and every later collective fails with
+// FailedPreconditionError: a job is restarted to recover, as in TF.
 
 #include <atomic>
 #include <chrono>
@@ -23,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "cluster/coordinator/peer_watch.hpp"
 #include "cluster/resolvers/tf_config.hpp"
 #include "cluster/store/store.hpp"
 #include "cluster/transport/peers.hpp"
@@ -118,6 +122,14 @@ class Coordinator {
             const TransportFactory& make_transport);
   void meet(Clock::time_point deadline, int local_replicas, const std::string& device_kind);
   void monitor_loop();
+  // Starts the ring-neighbour heartbeats (TCP store only: the pair check asks the chief).
+  void start_peer_watch();
+  // A ring neighbour went silent (monitor thread): publishes it as lost (the chief no longer
+  // hears it either) or the pair as unable to reach each other, and fails this worker; true
+  // then. \throws what the monitor's store throws (the chief does not answer this worker).
+  bool neighbour_silent(int w);
+  // Warns once per collective that has been in flight for MIRRORED_STALL_WARN_S.
+  void warn_if_stalled();
   // Records `notice` as this worker's failure (first one wins) and interrupts the transport.
   void fail_locally(const FailureNotice& notice);
   [[noreturn]] void fail_collective(const char* what, Clock::time_point deadline, double timeout_s,
@@ -128,6 +140,8 @@ class Coordinator {
 
   ClusterLayout layout_;
   double timeout_s_;
+  double peer_timeout_s_;  // MIRRORED_PEER_TIMEOUT_S: a silent worker or pair is a failure after this
+  double stall_warn_s_;    // MIRRORED_STALL_WARN_S
   std::string job_id_;
   std::string prefix_;
   std::vector<WorkerInfo> infos_;
@@ -140,6 +154,14 @@ class Coordinator {
   std::atomic<FlightRecorder*> recorder_{nullptr};
   std::atomic<int64_t> seq_{0};
   std::atomic<int64_t> in_flight_{0};  // the collective in progress (0: none)
+  std::atomic<const char*> in_flight_what_{""};
+  std::unique_ptr<PeerWatch> peer_watch_;
+  std::atomic<bool> store_lost_{false};    // the chief's store stopped answering
+  std::atomic<int> silent_neighbour_{-1};  // a ring neighbour the peer watch found silent
+  // The monitor thread's view of the collective in flight, for the stall warning.
+  int64_t stall_seq_ = 0;
+  Clock::time_point stall_since_;
+  bool stall_warned_ = false;
 
   std::mutex mu_;
   std::condition_variable stop_cv_;

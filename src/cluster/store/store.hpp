@@ -48,4 +48,12 @@ std::string encode_failure(const FailureNotice& notice);
 /// \throws nothing: a malformed value decodes as UNAVAILABLE with the raw text.
 FailureNotice decode_failure(const std::string& value);
 
+/// The failure of a worker lost without a closed connection (its host down or partitioned, its
+/// process stopped): one text, whoever finds it first (the chief's store, or a worker whose
+/// neighbour went silent), so that every worker reports the same cause. `name` is the worker as
+/// messages name it ("worker 2 (198.51.100.12:2222)").
+FailureNotice lost_worker_notice(const std::string& name, double peer_timeout_s);
+/// The failure of two workers that each reach the chief's store but not each other.
+FailureNotice unreachable_pair_notice(const std::string& a, const std::string& b, double peer_timeout_s);
+
 }  // namespace mirrored::detail::cluster

@@ -56,6 +56,18 @@ std::string describe_cluster(const std::vector<std::string>& names) {
 
 KeyValueStore::~KeyValueStore() = default;
 
+FailureNotice lost_worker_notice(const std::string& name, double peer_timeout_s) {
+  return {static_cast<int>(ErrorCode::UNAVAILABLE),
+          str_cat(name, " is lost: no sign of life for ", peer_timeout_s,
+                  " s (its host is down or cut off, or the process is stopped; MIRRORED_PEER_TIMEOUT_S)")};
+}
+
+FailureNotice unreachable_pair_notice(const std::string& a, const std::string& b, double peer_timeout_s) {
+  return {static_cast<int>(ErrorCode::UNAVAILABLE),
+          str_cat(a, " and ", b, " cannot reach each other: no heartbeat between them for ", peer_timeout_s,
+                  " s, while both still reach the chief (a partition of the network; MIRRORED_PEER_TIMEOUT_S)")};
+}
+
 std::string encode_failure(const FailureNotice& n) { return std::to_string(n.code) + "|" + n.message; }
 
 FailureNotice decode_failure(const std::string& value) {
@@ -92,14 +104,16 @@ struct StoreServer::Impl {
     bool closing = false;
   };
 
-  Impl(const std::string& host, int port_, std::string job, std::vector<std::string> names_)
+  Impl(const std::string& host, int port_, std::string job, std::vector<std::string> names_, double peer_timeout_s_)
       : listener(net::listen_on(host, port_)),
         job_id(std::move(job)),
         generation(random_generation()),
         names(std::move(names_)),
         gone(names.size(), 0),
         bye_count(names.size(), -1),
-        last_seen(names.size(), Clock::now()) {
+        last_seen(names.size(), Clock::now()),
+        peer_timeout_s(peer_timeout_s_),
+        watched(names.size(), 0) {
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len);
@@ -143,6 +157,7 @@ struct StoreServer::Impl {
         if (!c.closing && (ev & POLLOUT)) flush(c);
       }
       expire_pending();
+      expire_silent();
       // Requests that arrived while an earlier one waited (never recursively: a client could
       // queue many).
       for (std::size_t i = 0; i < clients.size(); ++i) process(*clients[i]);
@@ -151,11 +166,12 @@ struct StoreServer::Impl {
   }
 
   int next_timeout_ms() const {
-    auto next = Clock::now() + std::chrono::seconds(1);
+    // A quarter second at most: silent workers are found within the peer timeout plus this.
+    auto next = Clock::now() + std::chrono::milliseconds(250);
     for (const auto& c : clients)
       if (c->pending) next = std::min(next, c->deadline);
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count() + 1;
-    return static_cast<int>(std::clamp<int64_t>(ms, 0, 1000));
+    return static_cast<int>(std::clamp<int64_t>(ms, 0, 250));
   }
 
   void accept_clients() {
@@ -239,7 +255,12 @@ struct StoreServer::Impl {
   void handle(Client& c, Reader r) {
     const uint8_t op = r.u8();
     if (!c.greeted && op != kHello) throw std::runtime_error("no hello");
-    if (c.monitor && c.rank >= 0) last_seen[static_cast<std::size_t>(c.rank)] = Clock::now();
+    if (c.monitor && c.rank >= 0) {
+      // Watched from its first poll on: the worker polls only once it has joined (its start-up,
+      // which waits for the others, is bounded by the start-up timeout instead).
+      last_seen[static_cast<std::size_t>(c.rank)] = Clock::now();
+      watched[static_cast<std::size_t>(c.rank)] = 1;
+    }
     switch (op) {
       case kHello: {
         const std::string job = r.str();
@@ -407,14 +428,37 @@ struct StoreServer::Impl {
     }
   }
 
+  // Publishes a worker whose monitor has been silent for the peer timeout as lost, and drops its
+  // connections: they would never close (its host is gone or cut off), and the chief must not
+  // wait for them. The chief's own monitor runs in this process: if it is silent, so is this
+  // thread.
+  void expire_silent() {
+    const auto now = Clock::now();
+    const auto limit = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(peer_timeout_s));
+    for (std::size_t k = 1; k < names.size(); ++k) {
+      if (!watched[k] || gone[k] || now - last_seen[k] <= limit) continue;
+      gone[k] = 1;
+      const FailureNotice n = lost_worker_notice(names[k], peer_timeout_s);
+      MIRRORED_LOG(warn, "store server: ", n.message);
+      kv.emplace(failure_key(prefix), encode_failure(n));
+      for (auto& c : clients)
+        if (c->rank == static_cast<int>(k)) c->closing = true;
+      wake_pending();
+    }
+  }
+
   void close_client(Client& c, const std::string& why) {
     if (c.closing) return;
     c.closing = true;
     if (c.monitor && c.rank >= 0) {
       const auto k = static_cast<std::size_t>(c.rank);
       // The chief's own monitor closes only while the chief lives (this server dies with its
-      // process), so its closing is the chief leaving, never its death.
-      if (k == 0) gone[k] = 1;
+      // process), so its closing is the chief leaving, never its death. A goodbye wait that
+      // arrived first (on the chief's other connection) may now be answered.
+      if (k == 0 && !gone[k]) {
+        gone[k] = 1;
+        wake_pending();
+      }
       if (!gone[k]) {
         gone[k] = 1;
         FailureNotice n{static_cast<int>(ErrorCode::UNAVAILABLE),
@@ -448,6 +492,8 @@ struct StoreServer::Impl {
   std::vector<char> gone;
   std::vector<int64_t> bye_count;
   std::vector<Clock::time_point> last_seen;
+  double peer_timeout_s;
+  std::vector<char> watched;  // the worker's monitor joined: its silence counts
   std::map<std::string, std::string> kv;
   std::vector<std::unique_ptr<Client>> clients;
   net::Fd wake_r, wake_w;
@@ -456,8 +502,9 @@ struct StoreServer::Impl {
   std::thread thread;
 };
 
-StoreServer::StoreServer(const std::string& host, int port, std::string job_id, std::vector<std::string> worker_names)
-    : impl_(std::make_unique<Impl>(host, port, std::move(job_id), std::move(worker_names))) {}
+StoreServer::StoreServer(const std::string& host, int port, std::string job_id, std::vector<std::string> worker_names,
+                         double peer_timeout_s)
+    : impl_(std::make_unique<Impl>(host, port, std::move(job_id), std::move(worker_names), peer_timeout_s)) {}
 StoreServer::~StoreServer() = default;
 int StoreServer::port() const noexcept { return impl_->port; }
 const std::string& StoreServer::generation() const noexcept { return impl_->generation; }

@@ -36,8 +36,14 @@ class StoreServer {
   /// Listens on `host:port` (port 0: any free port, see `port()`). `worker_names[k]` names rank k
   /// in failure messages. Keys are stored as given; `prefix` (job id and generation, see
   /// `generation()`) is where the server publishes a dead worker: `failure_key(prefix)`.
+  /// A worker whose monitor has joined and then sends nothing for `peer_timeout_s` (its monitor
+  /// polls several times a second) is published as lost (`lost_worker_notice`) and its
+  /// connections are dropped: a host that vanishes closes no connection.
   /// \throws UnavailableError when the port cannot be bound.
-  StoreServer(const std::string& host, int port, std::string job_id, std::vector<std::string> worker_names);
+  StoreServer(const std::string& host, int port, std::string job_id, std::vector<std::string> worker_names,
+              double peer_timeout_s = kDefaultPeerTimeoutSeconds);
+  /// MIRRORED_PEER_TIMEOUT_S's default.
+  static constexpr double kDefaultPeerTimeoutSeconds = 10.0;
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -65,8 +71,11 @@ class TcpStoreClient : public KeyValueStore {
   /// reached in time; FailedPreconditionError when the store serves another job;
   /// InvalidArgumentError when `cluster` differs from the chief's, or another process already
   /// joined as a monitor of `rank` (both published under startup_error_key for the others).
+  /// A request that gets no answer within its own timeout plus `answer_slack_s` fails with
+  /// DeadlineExceededError (a monitor's slack is the peer timeout: its silence is the chief's loss).
   TcpStoreClient(const std::string& host, int port, const std::string& job_id, int rank, Role role,
-                 double connect_timeout_s, const std::vector<std::string>& cluster = {});
+                 double connect_timeout_s, const std::vector<std::string>& cluster = {},
+                 double answer_slack_s = kAnswerSlackSeconds);
   ~TcpStoreClient() override;
 
   /// The server's generation (see StoreServer::generation).
@@ -96,6 +105,7 @@ class TcpStoreClient : public KeyValueStore {
   std::string request(const std::string& frame, double timeout_s, int* status);
 
   std::string who_;
+  double answer_slack_s_;
   net::Fd fd_;
   std::string generation_;
   std::mutex mu_;              // one request at a time on the connection

@@ -10,8 +10,8 @@ namespace mirrored::detail::cluster {
 using namespace wire;
 
 TcpStoreClient::TcpStoreClient(const std::string& host, int port, const std::string& job_id, int rank, Role role,
-                               double connect_timeout_s, const std::vector<std::string>& cluster)
-    : who_(str_cat("the chief's store at ", host, ":", port)) {
+                               double connect_timeout_s, const std::vector<std::string>& cluster, double answer_slack_s)
+    : who_(str_cat("the chief's store at ", host, ":", port)), answer_slack_s_(answer_slack_s) {
   fd_ = net::connect_until(host, port, net::deadline_after(connect_timeout_s), who_);
   char hostname[256] = {};
   ::gethostname(hostname, sizeof(hostname) - 1);
@@ -32,7 +32,7 @@ TcpStoreClient::~TcpStoreClient() = default;
 std::string TcpStoreClient::request(const std::string& frame, double timeout_s, int* status) {
   std::lock_guard lock(mu_);
   if (broken_) std::rethrow_exception(broken_);
-  const auto deadline = net::deadline_after(timeout_s + kAnswerSlackSeconds);
+  const auto deadline = net::deadline_after(timeout_s + answer_slack_s_);
   try {
     net::send_all(fd_.get(), frame.data(), frame.size(), deadline, who_);
     uint32_t len = 0;
