@@ -30,6 +30,7 @@ struct Args {
   int step = 3;
   std::string implementation = "auto";  // "ring": CommunicationImplementation::RING (TCP between workers)
   bool gpus = false;                    // --gpus 1: replicas on GPU:0..R-1 (compression; simulated GPUs in CI)
+  int64_t elements = 1 << 18;           // --elements N: the size of the scenario "big"'s all-reduces
 };
 
 inline std::vector<std::string> cpus(int n) {

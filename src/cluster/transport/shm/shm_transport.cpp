@@ -69,13 +69,6 @@ std::string start_time(long pid) {
   return text.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
 }
 
-bool env_disables(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v) return false;
-  const std::string s = v;
-  return s == "0" || s == "off" || s == "OFF" || s == "false" || s == "no";
-}
-
 class ShmTransport : public WorkerTransport {
  public:
   ShmTransport(void* base, std::size_t bytes, int rank, int workers, std::vector<long> pids,
@@ -261,8 +254,15 @@ struct Mapping {
 
 }  // namespace
 
+bool shared_memory_disabled() {
+  const char* v = std::getenv("MIRRORED_SHARED_MEMORY");
+  if (!v) return false;
+  const std::string s = v;
+  return s == "0" || s == "off" || s == "OFF" || s == "false" || s == "no";
+}
+
 std::unique_ptr<WorkerTransport> make_shm_transport_if_same_host(const TransportJob& job, Clock::time_point deadline) {
-  if (env_disables("MIRRORED_SHARED_MEMORY")) return nullptr;
+  if (shared_memory_disabled()) return nullptr;
   const auto& infos = job.workers;
   for (const auto& w : infos) {
     if (w.boot_id.empty() || w.ipc_namespace.empty() || w.boot_id != infos[0].boot_id ||

@@ -18,6 +18,9 @@
 
 namespace mirrored::detail::cluster {
 
+/// True when `MIRRORED_SHARED_MEMORY` is 0, off, false or no (every worker on TCP).
+bool shared_memory_disabled();
+
 /// The shared-memory transport when every worker of `job` runs on this host in the same
 /// shared-memory (IPC) namespace and `MIRRORED_SHARED_MEMORY` is not 0/off; nullptr otherwise
 /// (every worker decides the same way: the decision is agreed through the job's store, and a
