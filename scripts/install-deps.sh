@@ -47,6 +47,9 @@ packages=(
   clang-format-14  # the formatting check (tools/check_format.sh, CI's first stage)
   libclang-rt-14-dev
   llvm  # llvm-symbolizer, for symbolized sanitizer reports
+  # The cluster bed (tools/cluster_bed.sh, the tests labelled bed): namespaces, links, drops.
+  iproute2
+  nftables
 )
 
 is_installed() {

@@ -1,0 +1,44 @@
+# Faults that close no connection, on the cluster bed (tools/cluster_bed.sh: hosts as network and
+# IPC namespaces on a bridge; root only, skipped elsewhere with the reason). Each test runs a job,
+# injects one fault and checks that every survivor ends within the peer timeout + 2 s with an
+# UnavailableError naming the lost worker (or the pair that cannot reach each other), the same
+# cause everywhere (tests/bed/bed_fault.sh). MIRRORED_PEER_TIMEOUT_S is 3 s here, except in the
+# test of the default (10 s). Label `bed`: the debug stage runs them; the sanitizer stages leave
+# them out (timing bounds, and the same code runs in the cluster tests there).
+set(_bed "${CMAKE_CURRENT_SOURCE_DIR}/bed/bed_fault.sh")
+function(mirrored_bed_test name)
+  add_test(NAME bed.${name} COMMAND bash "${_bed}" "${PROJECT_BINARY_DIR}" ${ARGN})
+  set_tests_properties(bed.${name} PROPERTIES LABELS "bed;cluster" SKIP_RETURN_CODE 77 TIMEOUT 120)
+endfunction()
+
+# Three hosts, one replica each: every fault, of a worker and of the chief.
+foreach(_fault partition-both partition-in partition-out link-down stop kill)
+  string(REPLACE "-" "_" _name "${_fault}")
+  mirrored_bed_test(a_worker_${_name}_is_named_by_every_survivor ${_fault} 2)
+  mirrored_bed_test(the_chief_${_name}_is_named_by_every_worker ${_fault} 0)
+endforeach()
+# Two hosts with two replicas each.
+foreach(_fault partition-both stop kill)
+  string(REPLACE "-" "_" _name "${_fault}")
+  mirrored_bed_test(two_replica_hosts_a_worker_${_name} ${_fault} 1 --hosts 2 --replicas 2)
+  mirrored_bed_test(two_replica_hosts_the_chief_${_name} ${_fault} 0 --hosts 2 --replicas 2)
+endforeach()
+# Two hosts with two workers each: shared memory within a host, TCP between them, every
+# collective's values exact (integer-valued data: the same sums as the TCP path).
+mirrored_bed_test(two_worker_hosts_share_memory_within_a_host_and_tcp_between_them none 0 --hosts 2
+  --workers-per-host 2 --expect none --program collectives --settle 0
+  --expect-log "cross-worker transport: shared memory within hosts, Gloo over TCP between 2 hosts")
+mirrored_bed_test(two_replica_workers_on_two_worker_hosts_sum_exactly none 0 --hosts 2 --workers-per-host 2
+  --replicas 2 --expect none --program collectives --settle 0)
+mirrored_bed_test(two_worker_hosts_a_worker_partitioned partition-both 3 --hosts 2 --workers-per-host 2)
+mirrored_bed_test(two_worker_hosts_a_worker_stopped stop 2 --hosts 2 --workers-per-host 2)
+# Two workers that lose each other while both reach the chief: the pair is named.
+mirrored_bed_test(two_workers_that_cannot_reach_each_other_are_named_as_a_pair cut 1 --cut-peer 2 --expect pair)
+# A partition healed after detection never lets the halves go on: both sides fail.
+mirrored_bed_test(a_healed_partition_of_a_worker_fails_both_sides partition-both 2 --heal-after 5)
+mirrored_bed_test(a_healed_partition_of_the_chief_fails_both_sides partition-both 0 --heal-after 5)
+# With the default peer timeout (10 s), nothing hangs.
+mirrored_bed_test(a_partitioned_worker_is_found_within_the_default_peer_timeout partition-both 1 --peer-timeout 10)
+# No false alarm: all-reduces slower than the peer timeout on a link capped at 2 Mbit/s complete.
+mirrored_bed_test(all_reduces_slower_than_the_peer_timeout_on_a_capped_link_complete cap 0 --cap 2mbit --expect none
+  --program big --settle 2)
