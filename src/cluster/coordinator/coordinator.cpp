@@ -11,7 +11,7 @@
 #include "cluster/store/tcp_store.hpp"
 #include "cluster/transport/gloo/gloo_transport.hpp"
 #include "cluster/transport/shm/shm_transport.hpp"
-#include "cluster/transport/two_level_transport.hpp"
+#include "cluster/transport/two_level/two_level_transport.hpp"
 #include "collectives/flight_recorder.hpp"
 #include "mirrored/errors.hpp"
 #include "util/fnv1a.hpp"

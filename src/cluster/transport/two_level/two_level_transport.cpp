@@ -1,5 +1,5 @@
 // Shared memory within hosts, Gloo between them (two_level_transport.hpp).
-#include "cluster/transport/two_level_transport.hpp"
+#include "cluster/transport/two_level/two_level_transport.hpp"
 
 #include <algorithm>
 #include <cstring>
