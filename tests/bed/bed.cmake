@@ -17,12 +17,11 @@ foreach(_fault partition-both partition-in partition-out link-down stop kill)
   mirrored_bed_test(a_worker_${_name}_is_named_by_every_survivor ${_fault} 2)
   mirrored_bed_test(the_chief_${_name}_is_named_by_every_worker ${_fault} 0)
 endforeach()
-# Two hosts with two replicas each.
-foreach(_fault partition-both stop kill)
-  string(REPLACE "-" "_" _name "${_fault}")
-  mirrored_bed_test(two_replica_hosts_a_worker_${_name} ${_fault} 1 --hosts 2 --replicas 2)
-  mirrored_bed_test(two_replica_hosts_the_chief_${_name} ${_fault} 0 --hosts 2 --replicas 2)
-endforeach()
+# Two hosts with two replicas each (the chief's partition and a worker's stop are the cases above
+# with one survivor).
+mirrored_bed_test(two_replica_hosts_a_worker_partition_both partition-both 1 --hosts 2 --replicas 2)
+mirrored_bed_test(two_replica_hosts_the_chief_stop stop 0 --hosts 2 --replicas 2)
+mirrored_bed_test(two_replica_hosts_a_worker_kill kill 1 --hosts 2 --replicas 2)
 # Two hosts with two workers each: shared memory within a host, TCP between them, every
 # collective's values exact (integer-valued data: the same sums as the TCP path).
 mirrored_bed_test(two_worker_hosts_share_memory_within_a_host_and_tcp_between_them none 0 --hosts 2
@@ -42,3 +41,9 @@ mirrored_bed_test(a_partitioned_worker_is_found_within_the_default_peer_timeout 
 # No false alarm: all-reduces slower than the peer timeout on a link capped at 2 Mbit/s complete.
 mirrored_bed_test(all_reduces_slower_than_the_peer_timeout_on_a_capped_link_complete cap 0 --cap 2mbit --expect none
   --program big --settle 2)
+# A host that never answers at start-up: the others warn while they wait (MIRRORED_STALL_WARN_S)
+# and fail at the start-up timeout naming it (a late start looks the same until then).
+mirrored_bed_test(a_host_that_never_answers_at_start_up_is_named_after_warnings partition-both 2 --at-start 1
+  --collective-timeout 6 --expect never-joined --settle 0 --expect-log "has waited 2 s at start-up for worker 2")
+set_tests_properties(bed.a_host_that_never_answers_at_start_up_is_named_after_warnings PROPERTIES
+  ENVIRONMENT "MIRRORED_STALL_WARN_S=2")

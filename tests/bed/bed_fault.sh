@@ -5,8 +5,10 @@
 # within the peer timeout + 2 s of the fault, all with the same cause. Prints one line per
 # survivor: "survivor <rank> <seconds after the fault> <exit status>: <the error>".
 #   bed_fault.sh BIN FAULT VICTIM [--hosts H] [--workers-per-host W] [--replicas R] [--peer-timeout S]
-#                                [--expect lost|pair|none] [--heal-after S] [--program digits|big|collectives]
-#                                [--expect-log REGEX (with --expect none: every worker logs a matching line)]
+#                                [--expect lost|pair|never-joined|none] [--heal-after S] [--program digits|big|collectives]
+#                                [--expect-log REGEX (every worker, or every survivor, logs a matching line)]
+#                                [--at-start 1 (the fault before the job starts: --expect never-joined)]
+#                                [--collective-timeout S (MIRRORED_COLLECTIVE_TIMEOUT_S, also the start-up's)]
 # FAULT: partition-both, partition-in, partition-out, link-down, stop, kill, cut (VICTIM and
 # --cut-peer lose each other only), cap (--cap RATE: a slow link, nothing must fail: --expect none).
 # BIN: the build directory (train_digits and tests/mirrored_mw_worker in it). Exit 77 (skip)
@@ -14,12 +16,13 @@
 set -euo pipefail
 # Arithmetic on seconds with fractions (awk: no bc needed).
 calc() { awk "BEGIN { print $* }"; }
+holds() { awk "BEGIN { exit !($*) }"; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bed="$here/tools/cluster_bed.sh"
 bin=$1 fault=$2 victim=$3
 shift 3
-hosts=3 per_host=1 replicas=1 peer_timeout=3 expect=lost heal_after="" cut_peer="" cap_rate="" settle=4
-program=digits expect_log=""
+hosts=3 per_host=1 replicas=1 peer_timeout=3 expect=lost heal_after="" cut_peer="" cap_rate="" settle=3
+program=digits expect_log="" at_start=0 collective_timeout=1800
 while [ $# -gt 0 ]; do
   case "$1" in
     --hosts) hosts=$2 ;;
@@ -33,6 +36,8 @@ while [ $# -gt 0 ]; do
     --program) program=$2 ;;
     --settle) settle=$2 ;;
     --expect-log) expect_log=$2 ;;
+    --at-start) at_start=$2 ;;
+    --collective-timeout) collective_timeout=$2 ;;
     *) echo "bed_fault: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -61,7 +66,30 @@ cluster=$(IFS=,; echo "${addresses[*]}")
 devices=$(for ((r = 0; r < replicas; r++)); do printf 'CPU:%d,' "$r"; done)
 devices=${devices%,}
 
+vpid=""
+vhost=$(host_of "$victim")
+inject() {
+  vpid=$(cat "$work/pid.$victim" 2>/dev/null || true)
+  case "$fault" in
+    partition-both) "$bed" partition "$vhost" both ;;
+    partition-in) "$bed" partition "$vhost" in ;;
+    partition-out) "$bed" partition "$vhost" out ;;
+    link-down) "$bed" link "$vhost" down ;;
+    stop) kill -STOP "$vpid" ;;
+    kill) kill -KILL "$vpid" ;;
+    cut) "$bed" cut "$vhost" "$(host_of "$cut_peer")" ;;
+    none | cap) ;;
+      *) echo "bed_fault: unknown fault $fault" >&2; exit 2 ;;
+  esac
+}
+
+# A host that never answers: its fault comes first, and its worker never starts.
+if [ "$at_start" = 1 ]; then
+  t0=$(date +%s.%N)
+  inject
+fi
 for ((w = 0; w < workers; w++)); do
+  [ "$at_start" = 1 ] && [ "$w" -eq "$victim" ] && continue
   tf_config="{\"cluster\": {\"worker\": [$cluster]}, \"task\": {\"type\": \"worker\", \"index\": $w}}"
   case "$program" in
     digits) cmd=("$bin/train_digits" --strategy multi_worker --devices "$devices" --epochs 100000) ;;
@@ -71,6 +99,7 @@ for ((w = 0; w < workers; w++)); do
   esac
   # The wrapper records the program's pid and its exit time (when its error was printed).
   "$bed" run "$(host_of $w)" env TF_CONFIG="$tf_config" MIRRORED_PEER_TIMEOUT_S="$peer_timeout" MIRRORED_LOG_LEVEL=INFO \
+    MIRRORED_COLLECTIVE_TIMEOUT_S="$collective_timeout" MIRRORED_STALL_WARN_S="${MIRRORED_STALL_WARN_S:-60}" \
     bash -c '"$@" > '"$work/out.$w"' 2>&1 & echo $! > '"$work/pid.$w"'; wait $!; echo "$? $(date +%s.%N)" > '"$work/exit.$w" \
     _ "${cmd[@]}" &
   disown  # killed with the bed at the end: no job report
@@ -79,25 +108,15 @@ done
 # Training under way: every worker joined (its program still runs) and has trained a while.
 sleep "$settle"
 for ((w = 0; w < workers; w++)); do
-  if [ "$expect" != none ] && [ -e "$work/exit.$w" ]; then
+  if [ "$expect" != none ] && [ "$at_start" != 1 ] && [ -e "$work/exit.$w" ]; then
     echo "bed_fault: worker $w ended before the fault:"; cat "$work/out.$w"; exit 1
   fi
 done
 
-vpid=$(cat "$work/pid.$victim" 2>/dev/null || true)
-vhost=$(host_of "$victim")
-t0=$(date +%s.%N)
-case "$fault" in
-  partition-both) "$bed" partition "$vhost" both ;;
-  partition-in) "$bed" partition "$vhost" in ;;
-  partition-out) "$bed" partition "$vhost" out ;;
-  link-down) "$bed" link "$vhost" down ;;
-  stop) kill -STOP "$vpid" ;;
-  kill) kill -KILL "$vpid" ;;
-  cut) "$bed" cut "$vhost" "$(host_of "$cut_peer")" ;;
-  none | cap) ;;
-  *) echo "bed_fault: unknown fault $fault" >&2; exit 2 ;;
-esac
+if [ "$at_start" != 1 ]; then
+  t0=$(date +%s.%N)
+  inject
+fi
 
 # Every survivor (and, once healed, the victim) ends; none may take longer than this.
 limit=$(calc "$peer_timeout + 30")
@@ -106,6 +125,7 @@ survivors=() lost=()
 for ((w = 0; w < workers; w++)); do
   case "$fault" in
     partition-* | link-down) [ "$(host_of "$w")" -eq "$vhost" ] && { lost+=("$w"); continue; } ;;
+    none) [ "$at_start" = 1 ] && [ "$w" -eq "$victim" ] && { lost+=("$w"); continue; } ;;
     stop | kill) [ "$w" -eq "$victim" ] && { lost+=("$w"); continue; } ;;
   esac
   survivors+=("$w")
@@ -135,13 +155,17 @@ fi
 case "$expect" in
   lost) pattern="worker ($(IFS='|'; echo "${lost[*]}")) \\([^)]*\\) is (lost|gone)" ;;
   pair) pattern="cannot reach each other" ;;
-  *) echo "bed_fault: --expect lost, pair or none" >&2; exit 2 ;;
+  never-joined) pattern="worker ($(IFS='|'; echo "${lost[*]}")) \\([^)]*\\) (has|have) not joined the job" ;;
+  *) echo "bed_fault: --expect lost, pair, never-joined or none" >&2; exit 2 ;;
 esac
 bound=$(calc "$peer_timeout + 2")
+# A worker that never joins is found at the start-up timeout (a late start looks the same); the
+# chief waits 2 s longer, so that the others, whose store it serves, report first.
+[ "$expect" != never-joined ] || bound=$(calc "$collective_timeout + 4")
 causes=()
 for w in "${survivors[@]}"; do
   while [ ! -e "$work/exit.$w" ]; do
-    if [ "$(calc "$(date +%s.%N) - $t0 > $limit")" -eq 1 ]; then
+    if holds "$(date +%s.%N) - $t0 > $limit"; then
       echo "bed_fault: survivor $w still runs $limit s after the fault (a hang):"; cat "$work/out.$w"; exit 1
     fi
     sleep 0.1
@@ -154,7 +178,10 @@ for w in "${survivors[@]}"; do
   if ! grep -qE "$pattern" <<<"$error"; then
     echo "bed_fault: survivor $w's error does not match /$pattern/; its output:"; tail -n 20 "$work/out.$w"; status=1
   fi
-  if [ "$(calc "$took > $bound")" -eq 1 ]; then echo "bed_fault: survivor $w took $took s > $bound s"; status=1; fi
+  if holds "$took > $bound"; then echo "bed_fault: survivor $w took $took s > $bound s"; status=1; fi
+  if [ -n "$expect_log" ] && ! grep -qE "$expect_log" "$work/out.$w"; then
+    echo "bed_fault: survivor $w's log has no line matching /$expect_log/"; status=1
+  fi
   causes+=("$(grep -oE "$pattern[^;]*" <<<"$error" | head -1 || true)")
 done
 if [ "$(printf '%s\n' "${causes[@]}" | sort -u | wc -l)" -ne 1 ]; then
@@ -163,7 +190,7 @@ fi
 if [ -n "$heal_after" ] && [ "$fault" != kill ]; then
   # Healed after detection, the victim's side must fail too (never go on alone).
   while [ ! -e "$work/exit.$victim" ]; do
-    if [ "$(calc "$(date +%s.%N) - $t0 > $limit")" -eq 1 ]; then
+    if holds "$(date +%s.%N) - $t0 > $limit"; then
       echo "bed_fault: the healed victim still runs $limit s after the fault"; cat "$work/out.$victim"; exit 1
     fi
     sleep 0.1

@@ -197,17 +197,34 @@ void Coordinator::start_server(const std::string& host, int port, double timeout
   }
 }
 
+std::string Coordinator::name_joins(const std::vector<std::string>& join_keys) const {
+  std::string who;
+  for (const auto& key : join_keys)
+    who += str_cat(who.empty() ? "" : ", ", name(std::stoi(key.substr(key.rfind('/') + 1))));
+  return who;
+}
+
 std::vector<std::string> Coordinator::wait_for_workers(const std::vector<std::string>& keys,
                                                        Clock::time_point deadline) {
   // In slices, so that a worker configured differently (published by the chief's store) fails
   // every worker at once instead of at the timeout.
   const std::string error_key = startup_error_key(prefix_);
+  const auto start = Clock::now();
+  auto next_warning = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(stall_warn_s_));
   while (true) {
     const double left = net::seconds_until(deadline);
     std::vector<std::string> missing = store_->wait(keys, std::clamp(left, 0.0, kStartupPollSeconds));
     if (missing.empty()) return missing;
     if (auto why = store_->get(error_key, 0)) throw InvalidArgumentError("MultiWorkerMirroredStrategy " + *why);
     if (left <= kStartupPollSeconds) return missing;
+    if (Clock::now() >= next_warning) {
+      // A host that never answers is indistinguishable from one that starts late: the start-up
+      // timeout decides, and meanwhile nobody waits silently.
+      MIRRORED_LOG(warn, "MultiWorkerMirroredStrategy: ", name(rank()), " has waited ",
+                   static_cast<int>(std::chrono::duration<double>(Clock::now() - start).count()), " s at start-up for ",
+                   name_joins(missing), " (start-up timeout in ", static_cast<int>(left), " s; MIRRORED_STALL_WARN_S)");
+      next_warning += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(stall_warn_s_));
+    }
   }
 }
 
@@ -249,13 +266,9 @@ void Coordinator::meet(Clock::time_point deadline, int local_replicas, const std
         str_cat("MultiWorkerMirroredStrategy: ", name(0), " went away while the workers were starting up: ", e.what()));
   }
   if (!missing.empty()) {
-    std::string who;
-    for (const auto& key : missing) {
-      const int w = std::stoi(key.substr(key.rfind('/') + 1));
-      who += str_cat(who.empty() ? "" : ", ", name(w));
-    }
-    throw DeadlineExceededError(str_cat("MultiWorkerMirroredStrategy: ", who, missing.size() == 1 ? " has" : " have",
-                                        " not joined the job within ", timeout_s_,
+    throw DeadlineExceededError(str_cat("MultiWorkerMirroredStrategy: ", name_joins(missing),
+                                        missing.size() == 1 ? " has" : " have", " not joined the job within ",
+                                        timeout_s_,
                                         " s (start-up timeout: CommunicationOptions::timeout_seconds or "
                                         "MIRRORED_COLLECTIVE_TIMEOUT_S); ",
                                         store_->describe()));

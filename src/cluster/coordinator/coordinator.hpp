@@ -116,6 +116,8 @@ class Coordinator {
   void start_server(const std::string& host, int port, double timeout_s);
   // Waits for `keys` (the workers' joins) until `deadline`; returns those missing. \throws
   // InvalidArgumentError when the store has a start-up error (workers configured differently).
+  // "worker 1 (…), worker 2 (…)": the workers of join keys ("…/join/<rank>").
+  std::string name_joins(const std::vector<std::string>& join_keys) const;
   std::vector<std::string> wait_for_workers(const std::vector<std::string>& keys, Clock::time_point deadline);
   // Meets the other workers through store_ and connects them with `make_transport`; then watches.
   void join(Clock::time_point deadline, int local_replicas, const std::string& device_kind,
