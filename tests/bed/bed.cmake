@@ -47,3 +47,9 @@ mirrored_bed_test(a_host_that_never_answers_at_start_up_is_named_after_warnings 
   --collective-timeout 6 --expect never-joined --settle 0 --expect-log "has waited 2 s at start-up for worker 2")
 set_tests_properties(bed.a_host_that_never_answers_at_start_up_is_named_after_warnings PROPERTIES
   ENVIRONMENT "MIRRORED_STALL_WARN_S=2")
+# A host lost while every step saves a checkpoint: the restarted job resumes from the newest
+# complete one and ends bitwise equal to an uninterrupted run (tests/bed/bed_resume.sh).
+add_test(NAME bed.a_job_that_lost_a_host_mid_save_resumes_bitwise_equal
+  COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/bed/bed_resume.sh" "${PROJECT_BINARY_DIR}")
+set_tests_properties(bed.a_job_that_lost_a_host_mid_save_resumes_bitwise_equal PROPERTIES LABELS "bed;cluster"
+  SKIP_RETURN_CODE 77 TIMEOUT 180)
