@@ -261,6 +261,23 @@ TEST(MultiWorker, APeerThatNeverArrivesFailsTheCollectiveAtTheTimeoutPlusTheGrac
   }
 }
 
+// Across workers as within one process, a collective that waits longer than
+// MIRRORED_STALL_WARN_S says so, naming the worker that shows no sign of life (here stopped,
+// with a peer timeout longer than the collective's so that the timeout decides).
+TEST(MultiWorker, ACollectiveWaitingForAStoppedWorkerWarnsAfterTheStallTime) {
+  auto env = kTcp;
+  env["MIRRORED_STALL_WARN_S"] = "2.5";
+  env["MIRRORED_PEER_TIMEOUT_S"] = "60";
+  Job job(2, ranks(2), worker("stop", {"--victim", "1", "--step", "2", "--timeout", "5"}), env);
+  job.wait_for_output(0, "OK", kRunSeconds);
+  job.signal(1, SIGKILL);
+  ASSERT_TRUE(job.wait(kRunSeconds)) << job.outputs();
+  EXPECT_EQ(job.code(0), 0) << job.outputs();
+  EXPECT_THAT(job.output(0), HasSubstr("has waited 2.5 s in cross-worker collective #")) << job.outputs();
+  EXPECT_THAT(job.output(0), HasSubstr("stopped or hung (no sign of life for 2 s): worker 1 (")) << job.outputs();
+  EXPECT_THAT(job.output(0), HasSubstr("DeadlineExceededError")) << job.outputs();
+}
+
 TEST(MultiWorker, AStoppedWorkerOnSharedMemoryGivesDeadlineExceeded) {
   Job job(2, ranks(2), worker("stop", {"--victim", "1", "--step", "2", "--timeout", "2"}), kShm);
   job.wait_for_output(0, "OK", kRunSeconds);

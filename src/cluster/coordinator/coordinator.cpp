@@ -331,6 +331,11 @@ void Coordinator::monitor_loop() {
       fail_locally(decode_failure(*failure));
       return;
     }
+    {
+      std::lock_guard lock(mu_);
+      ++polls_;  // the chief answered: no failure was published before this poll
+    }
+    poll_cv_.notify_all();
     for (const auto& [w, count] : departed) {
       if (w == rank()) continue;
       std::lock_guard lock(mu_);
@@ -420,8 +425,20 @@ void Coordinator::fail_locally(const FailureNotice& notice) {
       also = on_failure_;
     }
   }
+  poll_cv_.notify_all();
   if (transport_) transport_->interrupt();
   if (also) also();
+}
+
+std::optional<FailureNotice> Coordinator::monitor_verdict() {
+  // A failure published anywhere reaches the monitor within a poll; the chief's own loss within
+  // the peer timeout. Two polls completed after this point prove the chief answers and nothing was
+  // published: then this worker's own finding is the first.
+  std::unique_lock lock(mu_);
+  const int64_t start = polls_;
+  poll_cv_.wait_for(lock, std::chrono::duration<double>(peer_timeout_s_ + kCauseWaitSeconds),
+                    [&] { return failure_.has_value() || polls_ >= start + 2 || stopping_; });
+  return failure_;
 }
 
 FailureNotice Coordinator::fail(FailureNotice notice) {
@@ -534,9 +551,10 @@ void Coordinator::fail_collective(const char* what, Clock::time_point deadline, 
     notice = failure_;
   }
   const bool timed_out = error.timed_out || Clock::now() >= deadline;
-  // A connection that failed has a cause another worker or the chief's store publishes at once; a
-  // timeout is usually this worker's own finding.
-  if (!notice) notice = published_failure(timed_out ? kTimeoutCauseWaitSeconds : kCauseWaitSeconds);
+  // A timeout is usually this worker's own finding. A connection that failed has a cause another worker or the chief's
+  // store publishes at once, or it is the chief's loss, which the monitor finds (asking the chief's store here would
+  // wait for the answer that never comes).
+  if (!notice) notice = timed_out ? published_failure(kTimeoutCauseWaitSeconds) : monitor_verdict();
   if (!notice) {
     FailureNotice mine;
     if (timed_out) {

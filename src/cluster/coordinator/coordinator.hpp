@@ -137,6 +137,10 @@ class Coordinator {
   [[noreturn]] void fail_collective(const char* what, Clock::time_point deadline, double timeout_s,
                                     const TransportError& error);
   std::optional<FailureNotice> published_failure(double wait_s);
+  // After a transport failure: the job's failure as the monitor finds it (published by anyone, or
+  // the chief's loss), or nullopt once the monitor has polled the chief's store twice and found
+  // none; bounded by the peer timeout.
+  std::optional<FailureNotice> monitor_verdict();
   std::string describe_stale();
   void shutdown() noexcept;
 
@@ -167,6 +171,8 @@ class Coordinator {
 
   std::mutex mu_;
   std::condition_variable stop_cv_;
+  std::condition_variable poll_cv_;  // a monitor poll completed, or the job failed
+  int64_t polls_ = 0;                // monitor polls completed without a failure
   bool stopping_ = false;
   std::optional<FailureNotice> failure_;           // this worker's view of the job's first failure
   bool failure_reported_ = false;                  // a collective already threw it
