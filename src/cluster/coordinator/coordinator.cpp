@@ -87,10 +87,9 @@ Coordinator::Coordinator(const ClusterLayout& layout, double timeout_s, int loca
   job_id_ = env_or("MIRRORED_JOB_ID", default_job_id(layout_));
   start_store(timeout_s);
   join(deadline, local_replicas, device_kind, [&](const TransportJob& job, Clock::time_point by) {
-    const auto [host, port] = net::split_host_port(layout_.addresses[static_cast<std::size_t>(rank())], name(rank()));
-    (void)port;
     if (auto shm = allow_shared_memory ? make_shm_transport_if_same_host(job, by) : nullptr) return shm;
-    return make_gloo_transport(job.store, job.prefix, host, rank(), num_workers(), by);
+    // A worker without an address in the cluster listens on its address towards the chief.
+    return make_gloo_transport(job.store, job.prefix, layout_.own_host(), rank(), num_workers(), by);
   });
 }
 
