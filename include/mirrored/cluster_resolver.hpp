@@ -2,10 +2,15 @@
 /// \file
 /// Cluster resolvers: which tasks make up a multi-worker job and which one this process is
 /// (TF's `tf.distribute.cluster_resolver`). `TFConfigClusterResolver` reads the `TF_CONFIG`
-/// environment variable, `SimpleClusterResolver` takes the description directly, and
-/// `SlurmClusterResolver` derives it from a Slurm job step's `SLURM_*` variables.
+/// environment variable, `SimpleClusterResolver` takes the description directly,
+/// `SlurmClusterResolver` derives it from a Slurm job step's `SLURM_*` variables, and (beyond TF)
+/// `TorchrunClusterResolver` and `MPIClusterResolver` from the variables torchrun and MPI launchers
+/// set; `cluster_resolver_from_environment()` picks the one for the launcher that started the
+/// process (docs/multi_worker.md, "Launching on a cluster").
 
+#include <initializer_list>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -116,6 +121,26 @@ class SlurmClusterResolver : public detail::SettledClusterResolver {
                                 std::string rpc_layer = "grpc");
 };
 
+namespace detail {
+/// What the launchers' resolvers below share: a cluster of `size` "worker" tasks whose chief (rank
+/// 0) serves the job's store on the rendezvous address (`MIRRORED_MASTER_ADDR`, else
+/// `MASTER_ADDR`, and `MIRRORED_MASTER_PORT`, else `MASTER_PORT`) and whose other workers' addresses
+/// are empty; this worker's rank, and its place among the workers of its machine.
+class LauncherClusterResolver : public SettledClusterResolver {
+ protected:
+  /// Reads the rank, the size, the local rank and the local size from the variables named (where a
+  /// launcher names one several ways, those set must agree); `resolver` and `launcher` name them in
+  /// messages and in `source()` ("torchrun's variables (RANK=1, …)"). The local ones are optional.
+  /// \throws InvalidArgumentError as the resolvers below say.
+  LauncherClusterResolver(const char* resolver, const char* launcher, std::initializer_list<const char*> rank,
+                          std::initializer_list<const char*> size, std::initializer_list<const char*> local_rank,
+                          std::initializer_list<const char*> local_size, std::string rpc_layer);
+
+  int local_rank_ = 0;
+  int local_size_ = 1;
+};
+}  // namespace detail
+
 /// Beyond TF: a worker started by torchrun (`torch.distributed.run`), or by anything that sets
 /// torch.distributed's `env://` variables (Kubeflow's PyTorchJob, `torch.distributed.launch`):
 /// `WORLD_SIZE` workers, this one `RANK`, every one a "worker" task (rank 0 the chief). Rank 0
@@ -124,7 +149,7 @@ class SlurmClusterResolver : public detail::SettledClusterResolver {
 /// the cluster spec (each publishes its own when it joins). `LOCAL_RANK` and `LOCAL_WORLD_SIZE`
 /// (this worker among those of its machine) and `TORCHELASTIC_RESTART_COUNT` (how often the agent
 /// restarted the job) are read when set. `WORLD_SIZE` 1 is a single local worker (no address needed).
-class TorchrunClusterResolver : public detail::SettledClusterResolver {
+class TorchrunClusterResolver : public detail::LauncherClusterResolver {
  public:
   /// \throws InvalidArgumentError naming the variables when one is missing or not a number (a port
   /// outside 1..65535 included), when `RANK` >= `WORLD_SIZE`, `LOCAL_RANK` >= `LOCAL_WORLD_SIZE`
@@ -134,13 +159,11 @@ class TorchrunClusterResolver : public detail::SettledClusterResolver {
   /// This worker's index among the workers of its machine (`LOCAL_RANK`; 0 when unset).
   int local_rank() const noexcept { return local_rank_; }
   /// The number of workers on this machine (`LOCAL_WORLD_SIZE`; 1 when unset).
-  int local_world_size() const noexcept { return local_world_size_; }
+  int local_world_size() const noexcept { return local_size_; }
   /// How often the agent restarted the job (`TORCHELASTIC_RESTART_COUNT`; 0 when unset).
   int restart_count() const noexcept { return restart_count_; }
 
  private:
-  int local_rank_ = 0;
-  int local_world_size_ = 1;
   int restart_count_ = 0;
 };
 
@@ -153,7 +176,7 @@ class TorchrunClusterResolver : public detail::SettledClusterResolver {
 /// `MASTER_ADDR:MASTER_PORT`), passed on by the launcher (`mpirun -x MASTER_ADDR=node0 -x
 /// MASTER_PORT=29500`); the other workers' addresses are empty in the cluster spec. No MPI is
 /// linked: only the variables are read.
-class MPIClusterResolver : public detail::SettledClusterResolver {
+class MPIClusterResolver : public detail::LauncherClusterResolver {
  public:
   /// \throws InvalidArgumentError naming the variables when no rank or size is set, one is not a
   /// number, two disagree (`OMPI_COMM_WORLD_RANK` 1 but `PMIX_RANK` 0), the rank is not below the
@@ -164,10 +187,6 @@ class MPIClusterResolver : public detail::SettledClusterResolver {
   int local_rank() const noexcept { return local_rank_; }
   /// The number of ranks on this machine (1 when the launcher does not say).
   int local_size() const noexcept { return local_size_; }
-
- private:
-  int local_rank_ = 0;
-  int local_size_ = 1;
 };
 
 /// Beyond TF: the resolver for the launcher that started this process, looked for in this order

@@ -85,7 +85,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(detail::cluster::MultiW
       // Workers configured differently (a launcher's WORLD_SIZE that differs between them): the
       // message names the chief's cluster and this worker's; say which variables made this one's.
       if (resolver_->source() == "TF_CONFIG") throw;
-      throw InvalidArgumentError(str_cat(e.what(), "; this worker's cluster comes from ", resolver_->source()));
+      throw InvalidArgumentError(detail::str_cat(e.what(), "; this worker's cluster comes from ", resolver_->source()));
     }
     attach_workers(runtime_);
   }

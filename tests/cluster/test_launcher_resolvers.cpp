@@ -60,6 +60,17 @@ std::string launcher_error(const Vars& vars) {
   return testing::error_of<InvalidArgumentError>([] { Resolver r; });
 }
 
+// `base` with `changes` made: a variable changed to "" is removed.
+Vars changed(Vars base, const Vars& changes) {
+  for (const auto& [k, v] : changes) {
+    if (v.empty())
+      base.erase(k);
+    else
+      base[k] = v;
+  }
+  return base;
+}
+
 ClusterSpec workers(std::vector<std::string> addresses) { return ClusterSpec{{{"worker", std::move(addresses)}}}; }
 
 const Vars kTorchrun{{"RANK", "1"},
@@ -110,16 +121,7 @@ TEST(TorchrunResolver, OneWorkerNeedsNoAddressAndTheLocalVariablesAreOptional) {
 
 TEST(TorchrunResolver, PartialOrInconsistentVariablesNameThem) {
   const std::string who = "TorchrunClusterResolver: ";
-  auto with = [&](Vars changes) {
-    Vars vars = kTorchrun;
-    for (const auto& [k, v] : changes) {
-      if (v.empty())
-        vars.erase(k);
-      else
-        vars[k] = v;
-    }
-    return launcher_error<TorchrunClusterResolver>(vars);
-  };
+  auto with = [](const Vars& changes) { return launcher_error<TorchrunClusterResolver>(changed(kTorchrun, changes)); };
   EXPECT_THAT(with({{"RANK", ""}}),
               HasSubstr(who + "RANK is not set (WORLD_SIZE=3, LOCAL_RANK=1, LOCAL_WORLD_SIZE=3)"));
   EXPECT_THAT(with({{"WORLD_SIZE", ""}}), HasSubstr(who + "WORLD_SIZE is not set (RANK=1, LOCAL_RANK=1"));
@@ -190,16 +192,7 @@ TEST(MpiResolver, ReadsHydrasVariables) {
 
 TEST(MpiResolver, PartialOrInconsistentVariablesNameThem) {
   const std::string who = "MPIClusterResolver: ";
-  auto with = [&](Vars changes) {
-    Vars vars = kOpenMpi;
-    for (const auto& [k, v] : changes) {
-      if (v.empty())
-        vars.erase(k);
-      else
-        vars[k] = v;
-    }
-    return launcher_error<MPIClusterResolver>(vars);
-  };
+  auto with = [](const Vars& changes) { return launcher_error<MPIClusterResolver>(changed(kOpenMpi, changes)); };
   EXPECT_EQ(launcher_error<MPIClusterResolver>({}),
             who +
                 "OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK is not set: a worker needs both its rank and the "
@@ -269,13 +262,8 @@ const Vars kSlurmStep{{"SLURM_STEP_ID", "0"},
                       {"SLURM_STEP_NODELIST", "n[1-2]"},
                       {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}};
 
-Vars plus(Vars a, const Vars& b) {
-  for (const auto& [k, v] : b) a[k] = v;
-  return a;
-}
-
 TEST(ClusterResolverFromEnvironment, TfConfigComesFirst) {
-  const auto p = pick(plus(kTorchrun, {{"TF_CONFIG", R"({"cluster": {"worker": ["a:1", "b:2"]},
+  const auto p = pick(changed(kTorchrun, {{"TF_CONFIG", R"({"cluster": {"worker": ["a:1", "b:2"]},
                                                          "task": {"type": "worker", "index": 1}})"}}));
   ASSERT_TRUE(is<TFConfigClusterResolver>(p)) << p.log;
   EXPECT_EQ(p.resolver->task_id(), 1);
@@ -286,7 +274,7 @@ TEST(ClusterResolverFromEnvironment, TfConfigComesFirst) {
 
 TEST(ClusterResolverFromEnvironment, TorchrunsVariablesComeNextEvenInsideASlurmStep) {
   // `srun torchrun ...`: torchrun's workers inherit the step's variables.
-  const auto p = pick(plus(kSlurmStep, plus(kTorchrun, {{"TF_CONFIG", "  "}})));
+  const auto p = pick(changed(kSlurmStep, changed(kTorchrun, {{"TF_CONFIG", "  "}})));
   ASSERT_TRUE(is<TorchrunClusterResolver>(p)) << p.log;
   EXPECT_EQ(p.resolver->task_id(), 1);
   EXPECT_EQ(p.log,
@@ -297,7 +285,7 @@ TEST(ClusterResolverFromEnvironment, TorchrunsVariablesComeNextEvenInsideASlurmS
 
 TEST(ClusterResolverFromEnvironment, OpenMpiComesBeforeTheSlurmStepItsDaemonsRunIn) {
   // mpirun inside an allocation starts its daemons with srun: its ranks inherit a step's variables.
-  const auto p = pick(plus(kSlurmStep, kOpenMpi));
+  const auto p = pick(changed(kSlurmStep, kOpenMpi));
   ASSERT_TRUE(is<MPIClusterResolver>(p)) << p.log;
   EXPECT_EQ(p.resolver->task_id(), 1);
   EXPECT_THAT(p.log, HasSubstr("OMPI_COMM_WORLD_RANK is set (Open MPI); the cluster comes from MPI's variables"));
@@ -305,7 +293,8 @@ TEST(ClusterResolverFromEnvironment, OpenMpiComesBeforeTheSlurmStepItsDaemonsRun
 
 TEST(ClusterResolverFromEnvironment, ASlurmStepsTaskGetsTheSlurmResolver) {
   // srun --mpi=pmi2 gives each task its SLURM_PROCID as PMI_RANK too.
-  const auto p = pick(plus(kSlurmStep, {{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"MIRRORED_SLURM_PORT_BASE", "2222"}}));
+  const auto p =
+      pick(changed(kSlurmStep, {{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"MIRRORED_SLURM_PORT_BASE", "2222"}}));
   ASSERT_TRUE(is<SlurmClusterResolver>(p)) << p.log;
   EXPECT_EQ(p.resolver->cluster_spec(), workers({"n1:2222", "n2:2222"}));
   EXPECT_EQ(p.resolver->task_id(), 1);
@@ -316,14 +305,14 @@ TEST(ClusterResolverFromEnvironment, ASlurmStepsTaskGetsTheSlurmResolver) {
   // TF's port base by default.
   EXPECT_EQ(pick(kSlurmStep).resolver->cluster_spec(), workers({"n1:8888", "n2:8888"}));
   EXPECT_THAT(testing::error_of<InvalidArgumentError>([] {
-                pick(plus(kSlurmStep, {{"MIRRORED_SLURM_PORT_BASE", "0"}}));
+                pick(changed(kSlurmStep, {{"MIRRORED_SLURM_PORT_BASE", "0"}}));
               }),
               HasSubstr("MIRRORED_SLURM_PORT_BASE='0' is not a port"));
 }
 
 TEST(ClusterResolverFromEnvironment, AnMpiLauncherInsideASlurmStepGetsTheMpiResolver) {
   // MPICH's mpiexec starts its proxies with srun: PMI_RANK is the MPI rank, SLURM_PROCID the proxy's.
-  const auto p = pick(plus(
+  const auto p = pick(changed(
       kSlurmStep,
       {{"SLURM_PROCID", "0"}, {"PMI_RANK", "3"}, {"PMI_SIZE", "4"}, {"MASTER_ADDR", "n1"}, {"MASTER_PORT", "29500"}}));
   ASSERT_TRUE(is<MPIClusterResolver>(p)) << p.log;

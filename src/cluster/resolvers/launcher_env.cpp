@@ -119,17 +119,28 @@ ClusterSpec rendezvous_cluster(const std::string& chief_address, int size) {
   return spec;
 }
 
-LauncherPlace launcher_place(const char* resolver, const char* launcher, const EnvNumber& rank, const EnvNumber& size,
-                             const EnvNumber& local_rank, const EnvNumber& local_size) {
-  LauncherPlace out;
-  out.ranks = check_ranks(resolver, rank, size, local_rank, local_size);
-  const Rendezvous at = rendezvous_from_env(resolver, out.ranks.size > 1);
-  out.cluster = rendezvous_cluster(at.address, out.ranks.size);
-  std::vector<std::string> shown = rank.shown;
-  shown.insert(shown.end(), size.shown.begin(), size.shown.end());
+}  // namespace mirrored::detail::cluster
+
+namespace mirrored::detail {
+
+LauncherClusterResolver::LauncherClusterResolver(const char* resolver, const char* launcher,
+                                                 std::initializer_list<const char*> rank,
+                                                 std::initializer_list<const char*> size,
+                                                 std::initializer_list<const char*> local_rank,
+                                                 std::initializer_list<const char*> local_size, std::string rpc_layer)
+    : SettledClusterResolver({}, "worker", 0, std::move(rpc_layer)) {
+  using namespace cluster;
+  const EnvNumber r = env_number(resolver, rank), n = env_number(resolver, size);
+  const Ranks ranks = check_ranks(resolver, r, n, env_number(resolver, local_rank), env_number(resolver, local_size));
+  const Rendezvous at = rendezvous_from_env(resolver, ranks.size > 1);
+  cluster_ = rendezvous_cluster(at.address, ranks.size);
+  task_id_ = ranks.rank;
+  local_rank_ = ranks.local_rank;
+  local_size_ = ranks.local_size;
+  std::vector<std::string> shown = r.shown;
+  shown.insert(shown.end(), n.shown.begin(), n.shown.end());
   shown.insert(shown.end(), at.shown.begin(), at.shown.end());
-  out.source = str_cat(launcher, " variables (", join_shown(shown), ")");
-  return out;
+  source_ = str_cat(launcher, " variables (", join_shown(shown), ")");
 }
 
-}  // namespace mirrored::detail::cluster
+}  // namespace mirrored::detail

@@ -1,7 +1,8 @@
 #pragma once
 // Private: what the launchers' resolvers (torchrun, MPI, Slurm) share — numbers read from
 // environment variables that several launchers may name differently (and must then agree), and
-// the rendezvous address of launchers that name only the chief's.
+// the rendezvous address of launchers that name only the chief's. LauncherClusterResolver's
+// constructor (<mirrored/cluster_resolver.hpp>) is implemented with them in launcher_env.cpp.
 
 #include <initializer_list>
 #include <optional>
@@ -56,19 +57,6 @@ struct Rendezvous {
 /// port must be set. \throws InvalidArgumentError naming `resolver` and the variables for a missing
 /// host or port when needed, or a port that is not a number in 1..65535 (whenever set).
 Rendezvous rendezvous_from_env(const char* resolver, bool needed);
-
-/// What a launcher's variables say: the cluster (`rendezvous_cluster`), this worker's place, and
-/// where it came from ("torchrun's variables (RANK=1, WORLD_SIZE=2, MASTER_ADDR=n0, MASTER_PORT=29500)").
-struct LauncherPlace {
-  ClusterSpec cluster;
-  Ranks ranks;
-  std::string source;
-};
-
-/// `check_ranks`, then the rendezvous address (needed for several workers); `launcher` names the
-/// launcher in `source` ("torchrun's"). \throws InvalidArgumentError as those do.
-LauncherPlace launcher_place(const char* resolver, const char* launcher, const EnvNumber& rank, const EnvNumber& size,
-                             const EnvNumber& local_rank, const EnvNumber& local_size);
 
 /// The cluster of a launcher that names only the chief: `size` "worker" tasks, task 0 at
 /// `chief_address`, the others' addresses empty (published when they join). Empty for one worker.

@@ -5,17 +5,10 @@
 namespace mirrored {
 
 TorchrunClusterResolver::TorchrunClusterResolver(std::string rpc_layer)
-    : SettledClusterResolver({}, "worker", 0, std::move(rpc_layer)) {
-  using namespace detail::cluster;
-  constexpr const char* kWho = "TorchrunClusterResolver";
-  LauncherPlace place = launcher_place(kWho, "torchrun's", env_number(kWho, {"RANK"}), env_number(kWho, {"WORLD_SIZE"}),
-                                       env_number(kWho, {"LOCAL_RANK"}), env_number(kWho, {"LOCAL_WORLD_SIZE"}));
-  restart_count_ = env_number(kWho, {"TORCHELASTIC_RESTART_COUNT"}).value.value_or(0);
-  cluster_ = std::move(place.cluster);
-  source_ = std::move(place.source);
-  task_id_ = place.ranks.rank;
-  local_rank_ = place.ranks.local_rank;
-  local_world_size_ = place.ranks.local_size;
+    : LauncherClusterResolver("TorchrunClusterResolver", "torchrun's", {"RANK"}, {"WORLD_SIZE"}, {"LOCAL_RANK"},
+                              {"LOCAL_WORLD_SIZE"}, std::move(rpc_layer)) {
+  restart_count_ =
+      detail::cluster::env_number("TorchrunClusterResolver", {"TORCHELASTIC_RESTART_COUNT"}).value.value_or(0);
 }
 
 }  // namespace mirrored
