@@ -9,8 +9,11 @@
 //                [--checkpoint-dir DIR] [--save-every-steps N]
 // (`--flag value` or `--flag=value`; `--help` lists them with their defaults.)
 //
-// --strategy multi_worker trains with MultiWorkerMirroredStrategy over the workers TF_CONFIG
-// names (--devices are each worker's own replicas; see tools/launch.sh); only the chief saves.
+// --strategy multi_worker trains with MultiWorkerMirroredStrategy over the workers of whichever
+// launcher started it (cluster_resolver_from_environment: TF_CONFIG as tools/launch.sh sets it,
+// torchrun, mpirun, srun; docs/multi_worker.md); --devices are each worker's own replicas; only
+// the chief saves. A worker that ends because a peer was lost (UNAVAILABLE, DEADLINE_EXCEEDED)
+// exits with status 75, as a preempted one does, so that the launcher restarts the job.
 // --timeline writes a Chrome-trace / Perfetto timeline of the training (docs/timeline.md); each worker
 // of a multi-worker job writes its own file (trace.worker<k>.json).
 // --verbose prints, per replica device, what crossed between the host and the device during
@@ -149,7 +152,9 @@ Args parse(int argc, char** argv) {
         return dir.empty() || std::filesystem::is_directory(dir, ec);
       }));
   app.add_option("--strategy", a.strategy,
-                 dflt("mirrored, or multi_worker for the workers TF_CONFIG names (see tools/launch.sh)", a.strategy))
+                 dflt("mirrored, or multi_worker for the workers of the launcher that started it (tools/launch.sh, "
+                      "torchrun, mpirun, srun)",
+                      a.strategy))
       ->type_name("NAME")
       ->check(must_be("must be mirrored or multi_worker",
                       [](const std::string& v) { return v == "mirrored" || v == "multi_worker"; }));
@@ -249,13 +254,17 @@ void show(const digits::EpochReport& r, int epochs, bool tty) {
 
 // Test hook (tests/cluster/test_resume.cpp): MIRRORED_TEST_RAISE_AT_STEP="STEP:SIGNAL[:WORKER[:DELAY_US]]"
 // makes this process (worker WORKER of a multi-worker job, default 0) send itself SIGNAL (TERM or
-// KILL) after step STEP of the first run of the job (MIRRORED_RESTART_COUNT unset or 0), or
+// KILL) after step STEP of the first run of the job (the launcher's restart count,
+// MIRRORED_RESTART_COUNT or torchrun's TORCHELASTIC_RESTART_COUNT, unset or 0), or
 // DELAY_US microseconds later, from another thread (a moment inside a later step or a save): a
 // preemption or a crash at a chosen point. Ignored when unset.
 std::function<void(int64_t)> raise_at_step_hook(int worker_index) {
   const char* spec = std::getenv("MIRRORED_TEST_RAISE_AT_STEP");
-  const char* restarts = std::getenv("MIRRORED_RESTART_COUNT");
-  if (!spec || (restarts && std::string(restarts) != "0")) return {};
+  if (!spec) return {};
+  for (const char* count : {"MIRRORED_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"}) {
+    const char* restarts = std::getenv(count);
+    if (restarts && std::string(restarts) != "0") return {};
+  }
   long long step = 0, delay_us = 0;
   char sig[8] = {};
   int worker = 0;
@@ -284,8 +293,8 @@ int main(int argc, char** argv) {
     const digits::Split split = digits::split_digits(all, args.cfg.test_fraction, args.cfg.seed);
     std::unique_ptr<mirrored::Strategy> owned;
     if (args.strategy == "multi_worker")
-      owned = std::make_unique<mirrored::MultiWorkerMirroredStrategy>(mirrored::CommunicationOptions{}, nullptr,
-                                                                      args.devices);
+      owned = std::make_unique<mirrored::MultiWorkerMirroredStrategy>(
+          mirrored::CommunicationOptions{}, mirrored::cluster_resolver_from_environment(), args.devices);
     else
       owned = std::make_unique<mirrored::MirroredStrategy>(args.devices);
     mirrored::Strategy& strategy = *owned;
@@ -353,6 +362,15 @@ int main(int argc, char** argv) {
     if (g_progress_line_open) std::printf("\n");
     std::fflush(stdout);
     std::cerr << "train_digits: " << mirrored::error_code_name(e.code()) << ": " << e.what() << "\n";
+    if (args.strategy == "multi_worker" &&
+        (e.code() == mirrored::ErrorCode::UNAVAILABLE || e.code() == mirrored::ErrorCode::DEADLINE_EXCEEDED)) {
+      // A lost peer (dead, hung or unreachable) is no reason to give up: the launcher restarts
+      // the job, which resumes from --checkpoint-dir.
+      std::cerr << "train_digits: a worker of the job was lost; exiting with status "
+                << mirrored::PreemptionCheckpointHandler::kRestartExitCode
+                << " so that the launcher restarts the job\n";
+      return mirrored::PreemptionCheckpointHandler::kRestartExitCode;
+    }
     return 1;
   }
 }

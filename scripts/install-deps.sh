@@ -7,8 +7,11 @@
 # Then, best effort (never failing the script): Python's `safetensors` and
 # `numpy` packages from PyPI, which the checkpoint tests use to check that our
 # files load in Python (those tests skip when the packages are unavailable),
-# and Debian's python3-matplotlib, which bench/plot.py draws the charts of
-# docs/performance.md with.
+# Debian's python3-matplotlib, which bench/plot.py draws the charts of
+# docs/performance.md with, and the launchers that tests/cluster/test_real_launchers.cpp
+# starts train_digits with (they skip those that are missing): Open MPI's mpirun
+# (openmpi-bin), Slurm with its authentication daemon (slurm-wlm, munge; the test runs a
+# one-node cluster of its own, as root) and torchrun (python3-torch, about 570 MB installed).
 #
 # `--interop` also installs Debian's libtorch-dev (large: about 1 GB installed), which only
 # examples/interop needs (`make interop`); the Python and matplotlib steps are then skipped.
@@ -115,6 +118,40 @@ install_python_safetensors() {
   return 0
 }
 
+# install_best_effort CONSEQUENCE PKG...: installs those of the Debian packages PKG... that are
+# missing, never failing; CONSEQUENCE says what happens without them ("bench/plot.py will not run").
+install_best_effort() {
+  local consequence="$1" pkg
+  shift
+  local missing=()
+  for pkg in "$@"; do
+    is_installed "$pkg" || missing+=("$pkg")
+  done
+  if [ "${#missing[@]}" -eq 0 ]; then
+    echo "install-deps: $* already installed"
+    return 0
+  fi
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then sudo=(sudo); else
+      echo "install-deps: need root or sudo to install ${missing[*]}; $consequence"
+      return 0
+    fi
+  fi
+  echo "install-deps: installing ${missing[*]} (best effort)"
+  # (apt's lists may be stale when every build dependency was already there: update and retry once.)
+  if DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}" \
+       </dev/null >/dev/null 2>&1 ||
+     { "${sudo[@]}" apt-get update >/dev/null 2>&1 &&
+       DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}" \
+         </dev/null >/dev/null 2>&1; }; then
+    echo "install-deps: ${missing[*]} installed"
+  else
+    echo "install-deps: could not install ${missing[*]}; $consequence"
+  fi
+  return 0
+}
+
 # Best effort: Debian's matplotlib for bench/plot.py (which runs under /usr/bin/python3 when the
 # python3 on PATH lacks matplotlib).
 install_matplotlib() {
@@ -129,25 +166,7 @@ install_matplotlib() {
     echo "install-deps: python3-matplotlib is installed, but no python3 here imports it; bench/plot.py will not run"
     return 0
   fi
-  local sudo=()
-  if [ "$(id -u)" -ne 0 ]; then
-    if command -v sudo >/dev/null 2>&1; then sudo=(sudo); else
-      echo "install-deps: need root or sudo to install python3-matplotlib; bench/plot.py will not run"
-      return 0
-    fi
-  fi
-  echo "install-deps: installing python3-matplotlib (best effort)"
-  # (apt's lists may be stale when every build dependency was already there: update and retry once.)
-  if DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends python3-matplotlib \
-       </dev/null >/dev/null 2>&1 ||
-     { "${sudo[@]}" apt-get update >/dev/null 2>&1 &&
-       DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends python3-matplotlib \
-         </dev/null >/dev/null 2>&1; }; then
-    echo "install-deps: python3-matplotlib installed"
-  else
-    echo "install-deps: could not install python3-matplotlib; bench/plot.py will not run"
-  fi
-  return 0
+  install_best_effort "bench/plot.py will not run" python3-matplotlib
 }
 
 if [ "$ddp" -eq 1 ]; then
@@ -162,3 +181,5 @@ fi
 install_debian_packages
 install_python_safetensors || true
 install_matplotlib || true
+install_best_effort "the tests of train_digits under mpirun, srun and torchrun skip (label launcher)" \
+  openmpi-bin slurm-wlm munge python3-torch || true

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts the N workers of a multi-worker job on this machine, each with its TF_CONFIG
 # (docs/multi_worker.md), and restarts them after a preemption or a crash when asked to
-# (docs/fault_tolerance.md):
+# (docs/fault_tolerance.md). It is for one machine; on a cluster use its launcher (srun, mpirun,
+# torchrun, Kubeflow's jobs: docs/multi_worker.md, "Launching on a cluster"):
 #
 #   tools/launch.sh N [--host HOST] [--max-restarts K] -- program [args...]
 #

@@ -2,10 +2,15 @@
 /// \file
 /// Cluster resolvers: which tasks make up a multi-worker job and which one this process is
 /// (TF's `tf.distribute.cluster_resolver`). `TFConfigClusterResolver` reads the `TF_CONFIG`
-/// environment variable, `SimpleClusterResolver` takes the description directly, and
-/// `SlurmClusterResolver` derives it from a Slurm job step's `SLURM_*` variables.
+/// environment variable, `SimpleClusterResolver` takes the description directly,
+/// `SlurmClusterResolver` derives it from a Slurm job step's `SLURM_*` variables, and (beyond TF)
+/// `TorchrunClusterResolver` and `MPIClusterResolver` from the variables torchrun and MPI launchers
+/// set; `cluster_resolver_from_environment()` picks the one for the launcher that started the
+/// process (docs/multi_worker.md, "Launching on a cluster").
 
+#include <initializer_list>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -14,6 +19,12 @@
 namespace mirrored {
 
 /// Job name → task addresses (`"host:port"`), in task-index order (TF's `ClusterSpec`).
+///
+/// Beyond TF, an address may be empty: a task whose address is not known in advance (launchers
+/// such as torchrun and mpirun name only the rendezvous address, which is the chief's). Such a task
+/// listens on its own address towards the chief (the one its route to the chief leaves from) and
+/// the other workers learn it through the chief's store when it joins. The chief's address (the
+/// `chief` task, else worker 0) is never empty: the chief serves the job's store there.
 struct ClusterSpec {
   std::map<std::string, std::vector<std::string>> jobs;
 
@@ -41,6 +52,10 @@ class ClusterResolver {
   virtual int task_id() const = 0;
   /// The RPC layer named by the configuration (informational: collectives use Gloo/NCCL).
   virtual std::string rpc_layer() const;
+  /// Beyond TF: where the cluster comes from, for messages and logs ("TF_CONFIG", "torchrun's
+  /// variables (RANK=1, WORLD_SIZE=2, MASTER_ADDR=node0, MASTER_PORT=29500)"). Default: "the
+  /// cluster resolver".
+  virtual std::string source() const;
 };
 
 namespace detail {
@@ -52,6 +67,7 @@ class SettledClusterResolver : public ClusterResolver {
   std::string task_type() const override { return task_type_; }
   int task_id() const override { return task_id_; }
   std::string rpc_layer() const override { return rpc_layer_; }
+  std::string source() const override { return source_.empty() ? ClusterResolver::source() : source_; }
 
  protected:
   SettledClusterResolver() = default;
@@ -65,6 +81,7 @@ class SettledClusterResolver : public ClusterResolver {
   std::string task_type_;
   int task_id_ = 0;
   std::string rpc_layer_;
+  std::string source_;  // empty: the default
 };
 }  // namespace detail
 
@@ -103,6 +120,93 @@ class SlurmClusterResolver : public detail::SettledClusterResolver {
   explicit SlurmClusterResolver(std::map<std::string, int> jobs = {}, int port_base = 8888,
                                 std::string rpc_layer = "grpc");
 };
+
+namespace detail {
+/// What the launchers' resolvers below share: a cluster of `size` "worker" tasks whose chief (rank
+/// 0) serves the job's store on the rendezvous address (`MIRRORED_MASTER_ADDR`, else
+/// `MASTER_ADDR`, and `MIRRORED_MASTER_PORT`, else `MASTER_PORT`) and whose other workers' addresses
+/// are empty; this worker's rank, and its place among the workers of its machine.
+class LauncherClusterResolver : public SettledClusterResolver {
+ protected:
+  /// Reads the rank, the size, the local rank and the local size from the variables named (where a
+  /// launcher names one several ways, those set must agree); `resolver` and `launcher` name them in
+  /// messages and in `source()` ("torchrun's variables (RANK=1, …)"). The local ones are optional.
+  /// \throws InvalidArgumentError as the resolvers below say.
+  LauncherClusterResolver(const char* resolver, const char* launcher, std::initializer_list<const char*> rank,
+                          std::initializer_list<const char*> size, std::initializer_list<const char*> local_rank,
+                          std::initializer_list<const char*> local_size, std::string rpc_layer);
+
+  int local_rank_ = 0;
+  int local_size_ = 1;
+};
+}  // namespace detail
+
+/// Beyond TF: a worker started by torchrun (`torch.distributed.run`), or by anything that sets
+/// torch.distributed's `env://` variables (Kubeflow's PyTorchJob, `torch.distributed.launch`):
+/// `WORLD_SIZE` workers, this one `RANK`, every one a "worker" task (rank 0 the chief). Rank 0
+/// serves the job's store on `MASTER_ADDR:MASTER_PORT` (`MIRRORED_MASTER_ADDR` and
+/// `MIRRORED_MASTER_PORT`, when set, take their place); the other workers' addresses are empty in
+/// the cluster spec (each publishes its own when it joins). `LOCAL_RANK` and `LOCAL_WORLD_SIZE`
+/// (this worker among those of its machine) and `TORCHELASTIC_RESTART_COUNT` (how often the agent
+/// restarted the job) are read when set. `WORLD_SIZE` 1 is a single local worker (no address needed).
+class TorchrunClusterResolver : public detail::LauncherClusterResolver {
+ public:
+  /// \throws InvalidArgumentError naming the variables when one is missing or not a number (a port
+  /// outside 1..65535 included), when `RANK` >= `WORLD_SIZE`, `LOCAL_RANK` >= `LOCAL_WORLD_SIZE`
+  /// or `LOCAL_WORLD_SIZE` > `WORLD_SIZE`, or when the rendezvous address is missing for a job of
+  /// several workers.
+  explicit TorchrunClusterResolver(std::string rpc_layer = "");
+  /// This worker's index among the workers of its machine (`LOCAL_RANK`; 0 when unset).
+  int local_rank() const noexcept { return local_rank_; }
+  /// The number of workers on this machine (`LOCAL_WORLD_SIZE`; 1 when unset).
+  int local_world_size() const noexcept { return local_size_; }
+  /// How often the agent restarted the job (`TORCHELASTIC_RESTART_COUNT`; 0 when unset).
+  int restart_count() const noexcept { return restart_count_; }
+
+ private:
+  int restart_count_ = 0;
+};
+
+/// Beyond TF: a worker started by an MPI launcher, one process per rank, every one a "worker" task
+/// (rank 0 the chief): Open MPI's `mpirun` (`OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`,
+/// `OMPI_COMM_WORLD_LOCAL_RANK`, `OMPI_COMM_WORLD_LOCAL_SIZE`), PMIx launchers (`PMIX_RANK`, with
+/// Open MPI's size), MPICH's and Intel MPI's Hydra (`PMI_RANK`, `PMI_SIZE`, `MPI_LOCALRANKID`,
+/// `MPI_LOCALNRANKS`). Where several of these are set they must agree. MPI launchers name no
+/// address: rank 0 serves the job's store on `MIRRORED_MASTER_ADDR:MIRRORED_MASTER_PORT` (else
+/// `MASTER_ADDR:MASTER_PORT`), passed on by the launcher (`mpirun -x MASTER_ADDR=node0 -x
+/// MASTER_PORT=29500`); the other workers' addresses are empty in the cluster spec. No MPI is
+/// linked: only the variables are read.
+class MPIClusterResolver : public detail::LauncherClusterResolver {
+ public:
+  /// \throws InvalidArgumentError naming the variables when no rank or size is set, one is not a
+  /// number, two disagree (`OMPI_COMM_WORLD_RANK` 1 but `PMIX_RANK` 0), the rank is not below the
+  /// size, the local rank not below the local size, or the rendezvous address is missing (or its
+  /// port outside 1..65535) for a job of several workers.
+  explicit MPIClusterResolver(std::string rpc_layer = "");
+  /// This process's index among the ranks of its machine (0 when the launcher does not say).
+  int local_rank() const noexcept { return local_rank_; }
+  /// The number of ranks on this machine (1 when the launcher does not say).
+  int local_size() const noexcept { return local_size_; }
+};
+
+/// Beyond TF: the resolver for the launcher that started this process, looked for in this order
+/// (the first that applies wins):
+///  1. `TF_CONFIG` set and not blank (TF's own way; Kubeflow's TFJob sets it): `TFConfigClusterResolver`;
+///  2. `RANK` or `WORLD_SIZE` set (torchrun, Kubeflow's PyTorchJob): `TorchrunClusterResolver`;
+///  3. `OMPI_COMM_WORLD_RANK` set (Open MPI's `mpirun`): `MPIClusterResolver`;
+///  4. `SLURM_STEP_ID` and `SLURM_PROCID` set (a task of an `srun` job step; an `sbatch` script
+///     itself has no step id), unless `PMI_RANK` or `PMIX_RANK` differs from `SLURM_PROCID` (an MPI
+///     launcher inside the step, such as MPICH's `mpiexec`, whose ranks are not the step's tasks):
+///     `SlurmClusterResolver` with every task a worker, on port `MIRRORED_SLURM_PORT_BASE`
+///     (default 8888, TF's) + the task's index on its node;
+///  5. `PMI_RANK` or `PMIX_RANK` set (MPICH's and Intel MPI's Hydra, PMIx launchers): `MPIClusterResolver`;
+///  6. otherwise `TFConfigClusterResolver` (no `TF_CONFIG`: a single local worker).
+/// It logs its choice at INFO ("cluster_resolver_from_environment: torchrun's variables (RANK=1,
+/// …)"). `MultiWorkerMirroredStrategy`'s default stays TF's `TFConfigClusterResolver`: pass this
+/// one to find the cluster from whichever launcher started the program.
+/// \throws InvalidArgumentError as the chosen resolver's constructor does (partial or inconsistent
+/// variables, naming them), or for a malformed `MIRRORED_SLURM_PORT_BASE`.
+std::shared_ptr<ClusterResolver> cluster_resolver_from_environment();
 
 namespace detail {
 /// Slurm's compressed host list (`a[1-3,07],b`) expanded in order. \throws InvalidArgumentError

@@ -22,9 +22,8 @@ MultiWorkerSetup make_setup(const CommunicationOptions& o, std::shared_ptr<Clust
                             const std::vector<std::string>& local_devices) {
   MultiWorkerSetup s;
   s.resolver = resolver ? std::move(resolver) : std::make_shared<TFConfigClusterResolver>();
-  const bool from_tf_config = dynamic_cast<TFConfigClusterResolver*>(s.resolver.get()) != nullptr;
-  s.layout = resolve_layout(s.resolver->cluster_spec(), s.resolver->task_type(), s.resolver->task_id(),
-                            from_tf_config ? "TF_CONFIG" : "the cluster resolver");
+  s.layout =
+      resolve_layout(s.resolver->cluster_spec(), s.resolver->task_type(), s.resolver->task_id(), s.resolver->source());
   // Before the Strategy base reads MIRRORED_TIMELINE: each worker writes a file of its own.
   mirrored::detail::timeline::set_worker(s.layout.rank, s.layout.num_workers);
   std::vector<Device> local;
@@ -79,8 +78,15 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(detail::cluster::MultiW
   start_replica_threads();
   const auto& layout = setup.layout;
   if (layout.num_workers > 1) {
-    runtime_ = std::make_shared<detail::cluster::MultiWorkerRuntime>(layout, extended().collective_timeout_seconds(),
-                                                                     extended().worker_devices(), o.implementation);
+    try {
+      runtime_ = std::make_shared<detail::cluster::MultiWorkerRuntime>(layout, extended().collective_timeout_seconds(),
+                                                                       extended().worker_devices(), o.implementation);
+    } catch (const InvalidArgumentError& e) {
+      // Workers configured differently (a launcher's WORLD_SIZE that differs between them): the
+      // message names the chief's cluster and this worker's; say which variables made this one's.
+      if (resolver_->source() == "TF_CONFIG") throw;
+      throw InvalidArgumentError(detail::str_cat(e.what(), "; this worker's cluster comes from ", resolver_->source()));
+    }
     attach_workers(runtime_);
   }
   std::string devices;

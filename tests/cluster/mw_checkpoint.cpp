@@ -85,7 +85,7 @@ int checkpoint_scenario(const Args& a) {
   CHECK(dir_env && *dir_env, "MW_CHECKPOINT_DIR is not set");
   if (!dir_env) return 1;
   const std::string dir = dir_env;
-  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment(), cpus(a.replicas));
   const int rank = s.extended().worker_index();
 
   CkptModel model(s, 0);

@@ -367,7 +367,7 @@ int compression(const Args& a) {
     g_gpu_replicas = a.replicas;
     for (int r = 0; r < a.replicas; ++r) devices[static_cast<std::size_t>(r)] = "GPU:" + std::to_string(r);
   }
-  MultiWorkerMirroredStrategy s(o, nullptr, devices);
+  MultiWorkerMirroredStrategy s(o, cluster_resolver_from_environment(), devices);
   for (const Compression c : {Compression::FP16, Compression::BF16}) {
     if (a.gpus) check_on_gpu(s, c);
     check_exact(s, c);

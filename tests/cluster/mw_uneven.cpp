@@ -108,7 +108,7 @@ Tensor<int64_t> record_value(const Tensor<uint8_t>& record) {
 
 int uneven_scenario(const Args& a) {
   using namespace uneven;
-  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment(), cpus(a.replicas));
   const int64_t W = s.extended().num_workers(), w = s.extended().worker_index(), R = a.replicas;
 
   // distribute_datasets_from_function: worker k has (W - k) * R batches of 2 rows (W - k steps),
@@ -162,7 +162,7 @@ int uneven_scenario(const Args& a) {
 // type) from the iterator, and the other workers, waiting in the step's agreement or collectives,
 // get AbortedError naming the victim and its error, long before their deadline (DeadlineExceeded).
 int uneven_failure_scenario(const Args& a) {
-  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment(), cpus(a.replicas));
   const int rank = s.extended().worker_index();
   const int64_t n = s.num_replicas_in_sync(), victim = a.victim, at = a.step;
   const auto ds = data::range(100 * n).batch(n).map([rank, victim, at, n](const Tensor<int64_t>& t) {
@@ -194,7 +194,7 @@ int uneven_failure_scenario(const Args& a) {
 // Worker 0 takes a step of a distributed dataset while the others all-reduce: every worker gets
 // the same FailedPreconditionError naming both calls (no hang), and the strategy stays usable.
 int uneven_mismatch_scenario(const Args& a) {
-  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment(), cpus(a.replicas));
   const int rank = s.extended().worker_index();
   const auto dist = s.experimental_distribute_dataset(data::range(8).batch(4));
   try {

@@ -1,5 +1,6 @@
 // One worker of the multi-worker tests: started (by tests/cluster/process_harness.hpp or
-// tools/launch.sh) with a TF_CONFIG, it runs a scenario and checks exact values. Exit status: 0
+// tools/launch.sh) with a TF_CONFIG, or with a launcher's variables (cluster_resolver_from_environment),
+// it runs a scenario and checks exact values. Exit status: 0
 // when every check passed, 1 when one failed (printing it), 3 when the scenario's expected error
 // did not come.
 //
@@ -348,7 +349,7 @@ void check_collectives(MultiWorkerMirroredStrategy& s) {
 }
 
 int collectives(const Args& a) {
-  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment(), cpus(a.replicas));
   check_collectives(s);
   if (g_failures == 0) std::cout << "OK worker " << s.extended().worker_index() << std::endl;
   return g_failures ? 1 : 0;
@@ -383,7 +384,7 @@ void check_ring_sizes(MultiWorkerMirroredStrategy& s, const std::vector<int64_t>
 }
 
 int ring(const Args& a) {
-  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment(), cpus(a.replicas));
   const std::vector<int64_t> small{1, 2, 3, 5, 63, 64, 65, 1001};
   check_ring_sizes<float>(s, small);
   check_ring_sizes<float>(s, {1'500'001});
@@ -397,7 +398,7 @@ int ring(const Args& a) {
 
 // Worker 1 calls a different collective: every worker gets FailedPreconditionError.
 int mismatch(const Args& a) {
-  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment(), cpus(a.replicas));
   const int rank = s.extended().worker_index();
   std::string error;
   try {
@@ -446,7 +447,7 @@ int big(const Args& a) {
 }
 
 int fault(const Args& a, bool kill) {
-  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment(), cpus(a.replicas));
   const int rank = s.extended().worker_index();
   for (int step = 0;; ++step) {
     if (rank == a.victim && step == a.step) {
@@ -504,7 +505,7 @@ int fault(const Args& a, bool kill) {
 // 0.9 × timeout after replica 1. The error must come by the deadline replica 1's call set, plus
 // the grace: neither the late leader nor the cross-worker stage may start a timeout of its own.
 int late_leader(const Args& a) {
-  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(2));
+  MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment(), cpus(2));
   const int rank = s.extended().worker_index();
   if (rank == a.victim) {
     std::cout << "victim " << rank << " never calls" << std::endl;
@@ -532,7 +533,7 @@ int late_leader(const Args& a) {
 // harness): the others' all-reduce fails at the timeout plus the grace, with a flight-recorder
 // report naming the victim as behind.
 int skip(const Args& a) {
-  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment(), cpus(a.replicas));
   const int rank = s.extended().worker_index();
   auto step_once = [&] {
     s.run([] { return get_replica_context()->all_reduce(ReduceOp::SUM, Tensor<float>::full({64}, 1.0f)); });
@@ -564,7 +565,7 @@ int skip(const Args& a) {
 // The victim calls all_gather where the others call all_reduce (after `step` good steps): every
 // worker fails with FailedPreconditionError whose report names the victim's different call.
 int wrong_call(const Args& a) {
-  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment(), cpus(a.replicas));
   const int rank = s.extended().worker_index();
   for (int step = 0; step < a.step; ++step)
     s.run([] { return get_replica_context()->all_reduce(ReduceOp::SUM, Tensor<float>::full({8}, 1.0f)); });
@@ -593,7 +594,7 @@ int wrong_call(const Args& a) {
 // The victim's replica function throws at step `step`: the others' collective fails at once with
 // AbortedError naming it, instead of waiting for the timeout; afterwards collectives fail.
 int replica_throws(const Args& a) {
-  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment(), cpus(a.replicas));
   const int rank = s.extended().worker_index();
   for (int step = 0;; ++step) {
     if (rank == a.victim && step == a.step) {
@@ -632,7 +633,7 @@ int replica_throws(const Args& a) {
 // Started with fewer workers than the cluster has: start-up fails naming the missing one.
 int never_join(const Args& a) {
   try {
-    MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+    MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment(), cpus(a.replicas));
   } catch (const DeadlineExceededError& e) {
     std::cout << "DeadlineExceededError: " << e.what() << std::endl;
     CHECK(std::string(e.what()).find(detail::str_cat("worker ", a.victim)) != std::string::npos, "");
@@ -645,7 +646,7 @@ int never_join(const Args& a) {
 
 // The victim leaves after `step` collectives; the others' next collective fails naming it.
 int leave_early(const Args& a) {
-  MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+  MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment(), cpus(a.replicas));
   const int rank = s.extended().worker_index();
   for (int step = 0; step < a.step; ++step) s.reduce(ReduceOp::SUM, s.run([] { return 1.0f; }), std::nullopt);
   if (rank == a.victim) return 0;  // the destructor says goodbye
@@ -687,7 +688,7 @@ int main(int argc, char** argv) {
     if (a.scenario == "skip") return skip(a);
     if (a.scenario == "wrong_call") return wrong_call(a);
     if (a.scenario == "hello") {
-      MultiWorkerMirroredStrategy s(options(a.timeout), nullptr, cpus(a.replicas));
+      MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment(), cpus(a.replicas));
       std::cout << "hello from worker " << s.extended().worker_index() << " of " << s.extended().num_workers()
                 << std::endl;
       return 0;

@@ -185,6 +185,19 @@ class Job {
     }
   }
 
+  /// Processes that a launcher, or the test itself, configures (no TF_CONFIG and no job id of the
+  /// harness): process k runs `argv` with `env` and `per_process[k]` added to this process's
+  /// environment, TF_CONFIG and MIRRORED_JOB_ID removed unless given there.
+  Job(const std::vector<std::map<std::string, std::string>>& per_process, const std::vector<std::string>& argv,
+      const std::map<std::string, std::string>& env = {}) {
+    prepare(0);
+    for (std::size_t k = 0; k < per_process.size(); ++k) {
+      std::map<std::string, std::string> vars = env;
+      for (const auto& [name, value] : per_process[k]) vars[name] = value;
+      spawn(static_cast<int>(k), argv, vars, {"TF_CONFIG", "MIRRORED_JOB_ID"});
+    }
+  }
+
   // What every job does first: makes this process the subreaper (a killed worker's children come
   // back here), picks `total` free ports, and returns a fresh job id.
   std::string prepare(int total) {
@@ -292,7 +305,10 @@ class Job {
     int code = -1000;
   };
 
-  void spawn(int rank, const std::vector<std::string>& argv, const std::map<std::string, std::string>& vars) {
+  // Starts `argv` as process `rank` with this process's environment, less the variables of
+  // `removed`, plus `vars`.
+  void spawn(int rank, const std::vector<std::string>& argv, const std::map<std::string, std::string>& vars,
+             const std::set<std::string>& removed = {}) {
     Proc p;
     p.out = dir_.path() + "/worker" + std::to_string(rank) + ".out";
     // Everything the child needs is prepared before fork (the child only calls async-signal-safe
@@ -301,7 +317,7 @@ class Job {
     for (char** e = environ; *e; ++e) {
       const std::string entry = *e;
       const std::string key = entry.substr(0, entry.find('='));
-      if (!vars.count(key)) env_strings.push_back(entry);
+      if (!vars.count(key) && !removed.count(key)) env_strings.push_back(entry);
     }
     for (const auto& [k, v] : vars) env_strings.push_back(k + "=" + v);
     std::vector<char*> envp, args;

@@ -7,6 +7,7 @@
 #include <mirrored/mirrored.hpp>
 
 #include "cluster/resolvers/tf_config.hpp"
+#include "cluster/scoped_env.hpp"
 
 namespace mirrored {
 namespace {
@@ -25,27 +26,7 @@ std::string error_of(Fn fn) {
   return "<no error>";
 }
 
-// Sets an environment variable for one test (tests of this executable run one at a time).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 ClusterSpec spec(std::map<std::string, std::vector<std::string>> jobs) { return ClusterSpec{std::move(jobs)}; }
 

@@ -91,9 +91,9 @@ Coordinator::Coordinator(const ClusterLayout& layout, double timeout_s, int loca
   job_id_ = env_or("MIRRORED_JOB_ID", default_job_id(layout_));
   start_store(timeout_s);
   join(deadline, local_replicas, device_kind, [&](const TransportJob& job, Clock::time_point by) {
-    const auto [host, port] = net::split_host_port(layout_.addresses[static_cast<std::size_t>(rank())], name(rank()));
-    (void)port;
     if (auto shm = allow_shared_memory ? make_shm_transport_if_same_host(job, by) : nullptr) return shm;
+    // A worker without an address in the cluster listens on its address towards the chief.
+    const std::string host = layout_.own_host();
     if (auto two = allow_shared_memory ? make_two_level_transport_if_grouped(job, host, by) : nullptr) return two;
     return make_gloo_transport(job.store, job.prefix, host, rank(), num_workers(), by);
   });
@@ -244,10 +244,8 @@ void Coordinator::meet(Clock::time_point deadline, int local_replicas, const std
   me.device_kind = device_kind;
   me.pid = static_cast<long>(getpid());
   if (tcp_) {
-    const auto [host_name, port] =
-        net::split_host_port(layout_.addresses[static_cast<std::size_t>(rank())], name(rank()));
-    (void)port;
-    peer_watch_ = std::make_unique<PeerWatch>(host_name);
+    me.heartbeat_host = layout_.own_host();
+    peer_watch_ = std::make_unique<PeerWatch>(me.heartbeat_host);
     me.heartbeat_port = peer_watch_->port();
   }
   store_->set(prefix_ + "join/" + std::to_string(rank()), me.encode());
@@ -360,11 +358,9 @@ void Coordinator::start_peer_watch() {
   if (!peer_watch_) return;
   std::vector<PeerWatch::Peer> peers;
   for (int w : ring_neighbours(rank(), num_workers())) {
-    const int port = infos_[static_cast<std::size_t>(w)].heartbeat_port;
-    if (port <= 0) continue;
-    const auto [host, p] = net::split_host_port(layout_.addresses[static_cast<std::size_t>(w)], name(w));
-    (void)p;
-    peers.push_back({w, host, port});
+    const WorkerInfo& info = infos_[static_cast<std::size_t>(w)];
+    if (info.heartbeat_port <= 0) continue;
+    peers.push_back({w, info.heartbeat_host, info.heartbeat_port});
   }
   // Several beats per timeout, so that a few lost datagrams never make a neighbour silent.
   // The chief's silence is the monitor's own finding; the other neighbours' is checked by the

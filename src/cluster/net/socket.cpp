@@ -165,6 +165,31 @@ Fd listen_on(const std::string& host, int port) {
   return fd;
 }
 
+std::string local_address_towards(const std::string& host, int port) {
+  std::string last_error = "no address";
+  const AddrInfo addrs = resolve(host, port, false);
+  for (addrinfo* a = addrs.get(); a; a = a->ai_next) {
+    Fd fd(::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    char text[NI_MAXHOST] = {};
+    if (!fd || ::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0 ||
+        ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0) {
+      last_error = std::strerror(errno);
+      continue;
+    }
+    if (const int rc =
+            ::getnameinfo(reinterpret_cast<sockaddr*>(&local), len, text, sizeof(text), nullptr, 0, NI_NUMERICHOST);
+        rc != 0) {
+      last_error = gai_strerror(rc);
+      continue;
+    }
+    return text;
+  }
+  throw UnavailableError(
+      str_cat("cannot find this machine's address on the route to ", host, ":", port, " (", last_error, ")"));
+}
+
 void send_all(int fd, const void* data, std::size_t size, Clock::time_point deadline, const std::string& who) {
   const auto* p = static_cast<const char*>(data);
   while (size > 0) {

@@ -48,6 +48,12 @@ Fd connect_until(const std::string& host, int port, Clock::time_point deadline, 
 /// one of this machine's). \throws UnavailableError naming the address when the port is taken.
 Fd listen_on(const std::string& host, int port);
 
+/// This machine's address (numeric) on the route to `host:port`: the address a connection to it
+/// would leave from, found without sending anything (a UDP socket's connect). \throws
+/// InvalidArgumentError when the host does not resolve; UnavailableError naming it when no
+/// address of it is routable.
+std::string local_address_towards(const std::string& host, int port);
+
 /// Writes all of `data` before `deadline`. \throws UnavailableError when the peer closed the
 /// connection, DeadlineExceededError past the deadline (both naming `who`).
 void send_all(int fd, const void* data, std::size_t size, Clock::time_point deadline, const std::string& who);

@@ -32,6 +32,7 @@ std::string ClusterSpec::task_address(const std::string& job, int index) const {
 
 ClusterResolver::~ClusterResolver() = default;
 std::string ClusterResolver::rpc_layer() const { return ""; }
+std::string ClusterResolver::source() const { return "the cluster resolver"; }
 
 TFConfigClusterResolver::TFConfigClusterResolver(std::optional<std::string> task_type, std::optional<int> task_id,
                                                  std::optional<std::string> rpc_layer) {
@@ -41,6 +42,7 @@ TFConfigClusterResolver::TFConfigClusterResolver(std::optional<std::string> task
   task_type_ = task_type.value_or(config.task_type.value_or(""));
   task_id_ = task_id.value_or(config.task_id.value_or(0));
   rpc_layer_ = rpc_layer.value_or(config.rpc_layer.value_or(""));
+  source_ = "TF_CONFIG";
 }
 
 SimpleClusterResolver::SimpleClusterResolver(ClusterSpec cluster_spec, std::string task_type, int task_id,
@@ -166,6 +168,7 @@ SlurmClusterResolver::SlurmClusterResolver(std::map<std::string, int> jobs, int 
   const char* used = nullptr;
   const int rank = detail::parse_count(env_of({"SLURM_PROCID"}, &used), used);
   const int num_tasks = detail::parse_count(env_of({"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"}, &used), used);
+  source_ = str_cat("Slurm's variables (SLURM_PROCID=", rank, ", ", used, "=", num_tasks, ")");
   const std::string nodelist_text = env_of({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"}, &used);
   const auto nodes = detail::expand_slurm_hostlist(nodelist_text, used);
   const std::string per_node_text = env_of({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}, &used);

@@ -88,7 +88,7 @@ ClusterLayout resolve_layout(const ClusterSpec& cluster, const std::string& task
     MIRRORED_ENFORCE(known_job(job), InvalidArgumentError, source, ": cluster has an unknown job \"", job,
                      "\": the jobs of a multi-worker cluster are \"chief\", \"worker\", \"evaluator\" and \"ps\"");
     for (std::size_t i = 0; i < tasks.size(); ++i)
-      net::split_host_port(tasks[i], str_cat(source, ": cluster.", job, "[", i, "]"));
+      if (!tasks[i].empty()) net::split_host_port(tasks[i], str_cat(source, ": cluster.", job, "[", i, "]"));
   }
   const int chiefs = cluster.num_tasks("chief");
   MIRRORED_ENFORCE(chiefs <= 1, InvalidArgumentError, source, ": cluster.chief has ", chiefs,
@@ -115,12 +115,24 @@ ClusterLayout resolve_layout(const ClusterSpec& cluster, const std::string& task
     for (int i = 0; i < n; ++i) {
       const std::string address = cluster.task_address(job, i);
       layout.addresses.push_back(address);
-      layout.names.push_back(str_cat(job, " ", i, " (", address, ")"));
+      layout.names.push_back(address.empty() ? str_cat(job, " ", i) : str_cat(job, " ", i, " (", address, ")"));
     }
   }
+  const char* chief_job = chiefs > 0 ? "chief" : "worker";
+  MIRRORED_ENFORCE(!layout.addresses.empty() && !layout.addresses[0].empty(), InvalidArgumentError, source,
+                   ": cluster.", chief_job,
+                   "[0], the chief, has no address; it serves the job's store there, so it "
+                   "must be host:port");
   layout.num_workers = static_cast<int>(layout.addresses.size());
   layout.rank = task_type == "chief" ? 0 : chiefs + task_id;
   return layout;
+}
+
+std::string ClusterLayout::own_host() const {
+  const std::string& mine = addresses.at(static_cast<std::size_t>(rank));
+  if (!mine.empty()) return net::split_host_port(mine, names[static_cast<std::size_t>(rank)]).first;
+  const auto [host, port] = net::split_host_port(addresses.at(0), names.at(0));
+  return net::local_address_towards(host, port);
 }
 
 }  // namespace mirrored::detail::cluster

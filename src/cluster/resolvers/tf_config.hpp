@@ -31,13 +31,21 @@ struct ClusterLayout {
   int rank = 0;           // 0 = the chief (or worker 0 when there is no chief job)
   std::string task_type;  // this task's job ("worker" for a single local worker)
   int task_id = 0;
-  std::vector<std::string> addresses;  // host:port of each rank (empty for a single local worker)
-  std::vector<std::string> names;      // "chief 0 (host:port)", "worker 1 (host:port)", … per rank
+  // host:port of each rank (none for a single local worker); "" for a worker whose address is
+  // not known in advance (a launcher that names only the chief's), never for the chief.
+  std::vector<std::string> addresses;
+  std::vector<std::string> names;  // "chief 0 (host:port)", "worker 1 (host:port)", "worker 2", … per rank
   bool is_chief() const noexcept { return rank == 0; }
+  /// The host this worker's cross-worker transport listens on: its own address's, or, when that
+  /// is empty, this machine's address on the route to the chief (which the other workers reach it
+  /// by). \throws InvalidArgumentError when the chief's host does not resolve; UnavailableError
+  /// when no route to it exists.
+  std::string own_host() const;
 };
 
 /// Applies TF's rules to a cluster and this task: jobs are "chief", "worker", "evaluator" and
-/// "ps"; at most one chief and one evaluator; addresses are "host:port"; the task's type is in
+/// "ps"; at most one chief and one evaluator; addresses are "host:port" (or empty, except the
+/// chief's: see ClusterSpec); the task's type is in
 /// the cluster and its index in range; ranks are the chief first, then the workers in index
 /// order. An empty cluster is one local worker. `source` names the origin in messages
 /// ("TF_CONFIG", "the cluster resolver"). \throws InvalidArgumentError naming the key for any

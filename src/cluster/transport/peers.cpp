@@ -19,7 +19,8 @@ std::string sanitize(std::string s) {
 std::string WorkerInfo::encode() const {
   return str_cat("host=", sanitize(hostname), "\nboot=", sanitize(boot_id), "\nipc=", sanitize(ipc_namespace),
                  "\npidns=", sanitize(pid_namespace), "\nreplicas=", local_replicas,
-                 "\ndevices=", sanitize(device_kind), "\npid=", pid, "\nheartbeat=", heartbeat_port, "\n");
+                 "\ndevices=", sanitize(device_kind), "\npid=", pid, "\nheartbeat=", sanitize(heartbeat_host), " ",
+                 heartbeat_port, "\n");
 }
 
 WorkerInfo WorkerInfo::decode(const std::string& text) {
@@ -41,7 +42,12 @@ WorkerInfo WorkerInfo::decode(const std::string& text) {
       if (key == "replicas") w.local_replicas = std::stoi(value);
       if (key == "devices") w.device_kind = value;
       if (key == "pid") w.pid = std::stol(value);
-      if (key == "heartbeat") w.heartbeat_port = std::stoi(value);
+      if (key == "heartbeat") {
+        const auto space = value.rfind(' ');
+        if (space == std::string::npos) throw std::invalid_argument("no port");
+        w.heartbeat_host = value.substr(0, space);
+        w.heartbeat_port = std::stoi(value.substr(space + 1));
+      }
     } catch (const std::exception&) {
       throw InvalidArgumentError(str_cat("MultiWorkerMirroredStrategy: a worker published a malformed '", key, "' (",
                                          value, ") in the job's store"));

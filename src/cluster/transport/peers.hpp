@@ -18,7 +18,8 @@ struct WorkerInfo {
   int local_replicas = 0;
   std::string device_kind;  // "CPU" or "GPU"
   long pid = 0;
-  int heartbeat_port = 0;  // its ring-neighbour heartbeats' UDP port (0: none)
+  std::string heartbeat_host;  // where its ring-neighbour heartbeats are received
+  int heartbeat_port = 0;      // their UDP port (0: none)
   std::string encode() const;
   static WorkerInfo decode(const std::string& text);
 };
