@@ -19,6 +19,7 @@
 
 #include <mirrored/checkpoint.hpp>
 
+#include "cluster/finished_training.hpp"
 #include "cluster/process_harness.hpp"
 
 #ifndef MIRRORED_RESUME_FIRST_SEED
@@ -61,27 +62,8 @@ Job start(const std::vector<std::string>& argv, const std::map<std::string, std:
   return Job(1, {0}, argv, env);
 }
 
-// What the finished training saved: the path after "saved the finished training to ".
-std::string final_checkpoint(const std::string& output) {
-  const std::string key = "saved the finished training to ";
-  const auto at = output.rfind(key);
-  if (at == std::string::npos) return "";
-  const auto end = output.find('\n', at);
-  return output.substr(at + key.size(), end - at - key.size());
-}
-
-// Every tensor but the input iterator's position, as raw bytes.
-std::map<std::string, std::vector<unsigned char>> model_and_optimizer(const std::string& path) {
-  std::map<std::string, std::vector<unsigned char>> out;
-  const auto ckpt = checkpoint::load(path);
-  for (const auto& name : ckpt.names()) {
-    if (name.rfind("input/", 0) == 0) continue;
-    const auto& t = ckpt.at(name);
-    const auto* p = static_cast<const unsigned char*>(t.data());
-    out[name] = std::vector<unsigned char>(p, p + t.bytes());
-  }
-  return out;
-}
+using testing::finished_checkpoint;
+using testing::model_and_optimizer;
 
 // The uninterrupted run of a case, once per process.
 const std::map<std::string, std::vector<unsigned char>>& reference(const Case& c) {
@@ -93,7 +75,7 @@ const std::map<std::string, std::vector<unsigned char>>& reference(const Case& c
     Job job = start(command(c, dirs[key]->path(), 0));
     EXPECT_TRUE(job.wait(kJobSeconds)) << job.outputs();
     EXPECT_EQ(job.code(0), 0) << job.outputs();
-    const std::string path = final_checkpoint(job.output(0));
+    const std::string path = finished_checkpoint(job.output(0));
     EXPECT_FALSE(path.empty()) << job.outputs();
     if (path.empty()) return cache[key];
     cache[key] = model_and_optimizer(path);
@@ -103,7 +85,7 @@ const std::map<std::string, std::vector<unsigned char>>& reference(const Case& c
 }
 
 void expect_same_training(const Case& c, const std::string& finished_output, const std::string& what) {
-  const std::string path = final_checkpoint(finished_output);
+  const std::string path = finished_checkpoint(finished_output);
   ASSERT_FALSE(path.empty()) << what << "\n" << finished_output;
   const auto got = model_and_optimizer(path);
   const auto& want = reference(c);
