@@ -39,11 +39,10 @@ namespace {
 
 struct Args {
   std::vector<std::string> devices = {"CPU:0", "CPU:1"};
-  std::string strategy = "mirrored";
+  examples::DistributionFlags distribution;  // --strategy, --compression, --timeline
   fashion::TrainConfig cfg;
   std::string data = fashion::default_fashion_mnist_dir();
   int64_t train_examples = 0, test_examples = 0;
-  std::string timeline;
 };
 
 // Flags, checked before anything is printed; exits 2 on a usage error, with a message naming the flag.
@@ -104,18 +103,8 @@ Args parse(int argc, char** argv) {
       ->check(integer_at_least<int64_t>(1));
   bool no_shuffle = false;
   app.add_flag("--no-shuffle", no_shuffle, "Train on the examples in file order every epoch (for comparisons)");
-  app.add_option(
-         "--strategy", a.strategy,
-         with_default("mirrored, or multi_worker for the workers TF_CONFIG names (see tools/launch.sh)", a.strategy))
-      ->type_name("NAME")
-      ->check(examples::one_of({"mirrored", "multi_worker"}));
   app.add_flag("--shard-optimizer-state", a.cfg.shard_optimizer_state,
                "Keep each replica's slice of Adam's slots only (the same weights, 1/N of the state)");
-  std::string compression = "none";
-  app.add_option("--compression", compression,
-                 with_default("How gradients cross workers: none, fp16 or bf16 (--strategy multi_worker)", compression))
-      ->type_name("NAME")
-      ->check(examples::one_of({"none", "fp16", "bf16"}));
   app.add_option("--accumulate", a.cfg.accumulate,
                  with_default("Micro-batches per step (gradient accumulation): each replica trains its slice as K "
                               "micro-batches and applies their summed gradients once; K must divide "
@@ -131,18 +120,13 @@ Args parse(int argc, char** argv) {
                  with_default("With --checkpoint-dir: also save every N steps (0: never)", a.cfg.save_every_steps))
       ->type_name("N")
       ->check(integer_at_least<int64_t>(0));
-  app.add_option("--timeline", a.timeline,
-                 "Write a timeline of the training (open it in ui.perfetto.dev) to this JSON file (default: none)")
-      ->type_name("PATH")
-      ->check(examples::in_existing_directory());
+  examples::add_distribution_flags(app, a.distribution);
   app.allow_extras();
   try {
     app.parse(argc, argv);
     examples::reject_extras(app);
     a.cfg.shuffle = !no_shuffle;
-    a.cfg.compression = compression == "fp16"   ? mirrored::Compression::FP16
-                        : compression == "bf16" ? mirrored::Compression::BF16
-                                                : mirrored::Compression::NONE;
+    a.cfg.compression = a.distribution.compression_kind();
     if (!devices.empty()) a.devices = examples::split_list(devices);
     for (const auto& d : a.devices) {
       const bool cpu = d.find("CPU") != std::string::npos || d.find("cpu") != std::string::npos;
@@ -188,8 +172,10 @@ int main(int argc, char** argv) {
 #endif
   try {
     const fashion::FashionMnist data = fashion::load_fashion_mnist(args.data, args.train_examples, args.test_examples);
-    const std::unique_ptr<mirrored::Strategy> strategy = examples::make_strategy(args.strategy, args.devices);
-    if (!args.timeline.empty()) mirrored::timeline::start(args.timeline);  // after the strategy: its file name
+    const std::unique_ptr<mirrored::Strategy> strategy =
+        examples::make_strategy(args.distribution.strategy, args.devices);
+    if (!args.distribution.timeline.empty())
+      mirrored::timeline::start(args.distribution.timeline);  // after the strategy: its file name
     const int n = strategy->num_replicas_in_sync();
     std::printf("training on %lld examples, testing on %lld; %d replicas (", static_cast<long long>(data.train.size()),
                 static_cast<long long>(data.test.size()), n);
@@ -215,11 +201,7 @@ int main(int argc, char** argv) {
                 result.train_seconds > 0 ? static_cast<double>(result.examples) / result.train_seconds : 0.0);
     if (!result.final_checkpoint.empty())
       std::printf("saved the finished training to %s\n", result.final_checkpoint.c_str());
-    if (mirrored::timeline::active()) {
-      const std::string written = mirrored::timeline::path();
-      mirrored::timeline::stop();
-      std::printf("wrote the timeline to %s\n", written.c_str());
-    }
+    examples::finish_timeline();
   } catch (const mirrored::Error& e) {
     std::fflush(stdout);
     std::cerr << "fashion_mnist: " << mirrored::error_code_name(e.code()) << ": " << e.what() << "\n";

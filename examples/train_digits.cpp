@@ -58,11 +58,10 @@ namespace {
 
 struct Args {
   std::vector<std::string> devices;
-  std::string strategy = "mirrored";
+  examples::DistributionFlags distribution;  // --strategy, --compression, --timeline
   digits::TrainConfig cfg;
   std::string data = digits::default_digits_path();
   std::string save;
-  std::string timeline;
   bool verbose = false;
 };
 
@@ -110,23 +109,10 @@ Args parse(int argc, char** argv) {
   app.add_option("--save", a.save, "Save the trained variables to this safetensors file (default: do not save)")
       ->type_name("PATH")
       ->check(examples::in_existing_directory());
-  app.add_option("--timeline", a.timeline,
-                 "Write a timeline of the training (open it in ui.perfetto.dev) to this JSON file (default: none)")
-      ->type_name("PATH")
-      ->check(examples::in_existing_directory());
-  app.add_option("--strategy", a.strategy,
-                 dflt("mirrored, or multi_worker for the workers TF_CONFIG names (see tools/launch.sh)", a.strategy))
-      ->type_name("NAME")
-      ->check(examples::one_of({"mirrored", "multi_worker"}));
   app.add_flag("--verbose", a.verbose,
                "Print the bytes between host and each replica device, and the host waits, per training step");
   app.add_flag("--shard-optimizer-state", a.cfg.shard_optimizer_state,
                "Keep each replica's slice of the optimizer's slots only (the same weights, 1/N of the state)");
-  std::string compression = "none";
-  app.add_option("--compression", compression,
-                 dflt("How gradients cross workers: none, fp16 or bf16 (--strategy multi_worker)", compression))
-      ->type_name("NAME")
-      ->check(examples::one_of({"none", "fp16", "bf16"}));
   app.add_option("--accumulate", a.cfg.accumulate,
                  dflt("Micro-batches per step (gradient accumulation): each step trains K micro-batches of "
                       "global-batch/K rows and applies their summed gradients once; K must divide --global-batch",
@@ -144,13 +130,12 @@ Args parse(int argc, char** argv) {
       ->check(examples::integer_at_least<int64_t>(0));
   app.add_flag("--eval-every-epoch", a.cfg.eval_every_epoch,
                "Print the held-out accuracy after every epoch and the training loop's time (evaluations excluded)");
+  examples::add_distribution_flags(app, a.distribution);
   app.allow_extras();  // reported below, in the order given (CLI11 lists them reversed)
   try {
     app.parse(argc, argv);
     examples::reject_extras(app);
-    a.cfg.compression = compression == "fp16"   ? mirrored::Compression::FP16
-                        : compression == "bf16" ? mirrored::Compression::BF16
-                                                : mirrored::Compression::NONE;
+    a.cfg.compression = a.distribution.compression_kind();
     if (devices.empty()) {
       // All GPUs, else two CPU replicas.
       for (const auto& d : mirrored::list_logical_devices(mirrored::DeviceType::GPU))
@@ -207,9 +192,10 @@ int main(int argc, char** argv) {
   try {
     const digits::Dataset all = digits::load_digits(args.data);
     const digits::Split split = digits::split_digits(all, args.cfg.test_fraction, args.cfg.seed);
-    const std::unique_ptr<mirrored::Strategy> owned = examples::make_strategy(args.strategy, args.devices);
+    const std::unique_ptr<mirrored::Strategy> owned = examples::make_strategy(args.distribution.strategy, args.devices);
     mirrored::Strategy& strategy = *owned;
-    if (!args.timeline.empty()) mirrored::timeline::start(args.timeline);  // after the strategy: its file name
+    if (!args.distribution.timeline.empty())
+      mirrored::timeline::start(args.distribution.timeline);  // after the strategy: its file name
     std::printf("training on %zu examples, holding out %zu; %d replicas (", static_cast<size_t>(split.train.size()),
                 static_cast<size_t>(split.test.size()), strategy.num_replicas_in_sync());
     for (std::size_t i = 0; i < args.devices.size(); ++i) std::printf("%s%s", i ? ", " : "", args.devices[i].c_str());
@@ -264,11 +250,7 @@ int main(int argc, char** argv) {
       mirrored::checkpoint::save(args.save, vars, {{"model", "digits-mlp-64-64-10"}});
       std::printf("saved checkpoint to %s\n", args.save.c_str());
     }
-    if (mirrored::timeline::active()) {
-      const std::string written = mirrored::timeline::path();
-      mirrored::timeline::stop();
-      std::printf("wrote the timeline to %s\n", written.c_str());
-    }
+    examples::finish_timeline();
   } catch (const mirrored::Error& e) {
     if (g_progress_line_open) std::printf("\n");
     std::fflush(stdout);

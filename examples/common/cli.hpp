@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <mirrored/communication_options.hpp>
 
 namespace examples {
 
@@ -75,6 +76,19 @@ inline CLI::Validator in_existing_directory() {
   });
 }
 
+/// The flags of an example that runs on several workers and records timelines: --strategy,
+/// --compression (how gradients cross workers) and --timeline (see `add_distribution_flags`).
+struct DistributionFlags {
+  std::string strategy = "mirrored";  ///< "mirrored" or "multi_worker" (examples::make_strategy)
+  std::string compression = "none";   ///< "none", "fp16" or "bf16"
+  std::string timeline;               ///< a JSON file for mirrored::timeline, or empty
+  mirrored::Compression compression_kind() const {
+    return compression == "fp16"   ? mirrored::Compression::FP16
+           : compression == "bf16" ? mirrored::Compression::BF16
+                                   : mirrored::Compression::NONE;
+  }
+};
+
 /// `text (default: value)`, for --help.
 template <class V>
 std::string with_default(const std::string& text, const V& value) {
@@ -100,6 +114,24 @@ inline void reject_extras(const CLI::App& app) {
         extra[0].rfind('-', 0) == 0 ? "unknown flag " + extra[0] : "unexpected argument '" + extra[0] + "'",
         CLI::ExitCodes::ExtrasError);
   }
+}
+
+/// Adds --strategy NAME, --compression NAME and --timeline PATH, stored in `f`.
+inline void add_distribution_flags(CLI::App& app, DistributionFlags& f) {
+  app.add_option(
+         "--strategy", f.strategy,
+         with_default("mirrored, or multi_worker for the workers TF_CONFIG names (see tools/launch.sh)", f.strategy))
+      ->type_name("NAME")
+      ->check(one_of({"mirrored", "multi_worker"}));
+  app.add_option(
+         "--compression", f.compression,
+         with_default("How gradients cross workers: none, fp16 or bf16 (--strategy multi_worker)", f.compression))
+      ->type_name("NAME")
+      ->check(one_of({"none", "fp16", "bf16"}));
+  app.add_option("--timeline", f.timeline,
+                 "Write a timeline of the training (open it in ui.perfetto.dev) to this JSON file (default: none)")
+      ->type_name("PATH")
+      ->check(in_existing_directory());
 }
 
 }  // namespace examples

@@ -28,19 +28,25 @@ double dot(const Vec& a, const Vec& b) {
   return s;
 }
 
-// Checks d(objective)/d(x[i]) == analytic[i] for every i by central differences.
+// d(objective)/dx by central differences (x is put back).
+template <class F>
+double central_difference(double& x, F objective) {
+  constexpr double h = 1e-6;
+  const double keep = x;
+  x = keep + h;
+  const double up = objective();
+  x = keep - h;
+  const double down = objective();
+  x = keep;
+  return (up - down) / (2 * h);
+}
+
+// Checks d(objective)/d(x[i]) == analytic[i] for every i.
 template <class F>
 void expect_gradient(Vec& x, const Vec& analytic, F objective, const char* what) {
   ASSERT_EQ(x.size(), analytic.size()) << what;
-  constexpr double h = 1e-6;
   for (std::size_t i = 0; i < x.size(); ++i) {
-    const double keep = x[i];
-    x[i] = keep + h;
-    const double up = objective();
-    x[i] = keep - h;
-    const double down = objective();
-    x[i] = keep;
-    const double fd = (up - down) / (2 * h);
+    const double fd = central_difference(x[i], objective);
     EXPECT_NEAR(analytic[i], fd, 1e-6 * std::max(1.0, std::abs(fd))) << what << "[" << i << "]";
   }
 }
@@ -222,19 +228,12 @@ TEST(FashionCnnModel, GradientsMatchFiniteDifferencesOfTheReplicaLoss) {
   EXPECT_NEAR(step.loss, eval.loss_sum / 5 + 0.01 * reg / 2, 1e-12);
   EXPECT_EQ(step.correct, eval.correct);
   const auto names = param_names();
-  constexpr double h = 1e-6;
   for (int p = 0; p < kNumParams; ++p) {
     double* w = params[p].data();
     std::uniform_int_distribution<int64_t> pick(0, params[p].numel() - 1);
     for (int t = 0; t < 6; ++t) {
       const int64_t i = pick(rng);
-      const double keep = w[i];
-      w[i] = keep + h;
-      const double up = loss();
-      w[i] = keep - h;
-      const double down = loss();
-      w[i] = keep;
-      const double fd = (up - down) / (2 * h);
+      const double fd = central_difference(w[i], loss);
       EXPECT_NEAR(grads[p].data()[i], fd, 1e-6 * std::max(1.0, std::abs(fd))) << names[p] << "[" << i << "]";
     }
   }
