@@ -2,8 +2,8 @@
 /// \file
 /// Fashion-MNIST (Zalando; Debian's `dataset-fashion-mnist` installs it in
 /// /usr/share/datasets/fashion-mnist/): 60,000 training and 10,000 test images of 28x28 grey
-/// pixels, each with a label 0..9, in the IDX format (http://yann.lecun.com/exdb/mnist/), each
-/// file gzip-compressed (`train-images-idx3-ubyte.gz`) or plain (`train-images-idx3-ubyte`).
+/// pixels, each with a label 0..9, in MNIST's IDX format, each file gzip-compressed
+/// (`train-images-idx3-ubyte.gz`) or plain (`train-images-idx3-ubyte`).
 ///
 /// IDX: a big-endian header -- two zero bytes, a type byte (0x08: unsigned bytes, the only type
 /// these files use), the number of dimensions -- then each dimension as a big-endian uint32, then
