@@ -40,7 +40,6 @@ import json
 import os
 import platform
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -48,13 +47,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from e2e_common import add_worker_arguments, loadavg, replica_slice, run_as_worker, run_torch_workers  # noqa: E402
 from tf_venv import TF_PACKAGE, default_venv, ensure_venv  # noqa: E402
 
 TARGET_ACCURACY = 0.97
 GLOBAL_BATCH = 32
 LEARNING_RATE = 0.5
 REPLICAS = 2
-TORCH_PYTHON = "/usr/bin/python3"
 
 
 def log(*args):
@@ -81,13 +80,6 @@ def load_inputs(np, setup_path, data_path):
     return {"x_train": x[train], "y_train": y[train], "x_test": x[test], "y_test": y[test],
             "orders": np.array(setup["epoch_orders"], dtype=np.int64), "init": init}
 
-
-def replica_slice(b, rank, world):
-    """Rows [lo, hi) of a global batch of b that replica `rank` gets: consecutive slices, the first
-    b % world replicas one more (train_digits' and TF's rule)."""
-    base, extra = divmod(b, world)
-    lo = rank * base + min(rank, extra)
-    return lo, lo + base + (1 if rank < extra else 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,9 +226,6 @@ def torch_worker(a):
 # The driver (any python3)
 # ---------------------------------------------------------------------------------------------
 
-def loadavg():
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
 
 def run_setup(binary, out, epochs, data):
     if not Path(binary).exists():
@@ -276,29 +265,10 @@ def run_tf(py, setup, data, epochs):
     return json.loads(out.stdout)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def run_torch(setup, data, epochs):
-    check = subprocess.run([TORCH_PYTHON, "-c", "import torch.distributed as d; assert d.is_gloo_available()"],
-                           capture_output=True)
-    if check.returncode != 0:
-        sys.exit(f"e2e_digits: {TORCH_PYTHON} has no PyTorch with gloo; install Debian's python3-torch "
-                 "(scripts/install-deps.sh --ddp), or pass --skip-torch")
-    port = free_port()
-    log(f"PyTorch DDP ({TORCH_PYTHON}, gloo on 127.0.0.1:{port}, {REPLICAS} processes)")
-    cmd = lambda r: [TORCH_PYTHON, str(Path(__file__).resolve()), "--torch-worker", "--rank", str(r),  # noqa: E731
-                     "--port", str(port), "--setup", str(setup), "--data", str(data), "--epochs", str(epochs)]
-    others = [subprocess.Popen(cmd(r), stdout=subprocess.DEVNULL) for r in range(1, REPLICAS)]
-    try:
-        out = subprocess.run(cmd(0), check=True, stdout=subprocess.PIPE, text=True).stdout
-    finally:
-        for p in others:
-            if p.wait(timeout=120) != 0:
-                sys.exit(f"e2e_digits: PyTorch worker {p.args[4]} failed")
+    out = run_torch_workers(__file__, ["--setup", str(setup), "--data", str(data), "--epochs", str(epochs)], REPLICAS,
+                            log, "e2e_digits")
     return json.loads(out)
 
 
@@ -378,21 +348,11 @@ def main():
     ap.add_argument("--quick", action="store_true", help="3 epochs: checks the plumbing only")
     ap.add_argument("--skip-tf", action="store_true", help="no TensorFlow side")
     ap.add_argument("--skip-torch", action="store_true", help="no PyTorch side")
-    ap.add_argument("--tf-worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--setup", help=argparse.SUPPRESS)
-    ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    add_worker_arguments(ap, "--setup")
     a = ap.parse_args()
     a.epochs = a.epochs or (3 if a.quick else 20)
 
-    if a.tf_worker:
-        json.dump(tf_worker(a), sys.stdout)
-        return 0
-    if a.torch_worker:
-        result = torch_worker(a)
-        if a.rank == 0:
-            json.dump(result, sys.stdout)
+    if run_as_worker(a, tf_worker, torch_worker):
         return 0
 
     out_json = Path(a.out_json)

@@ -7,9 +7,11 @@
 #
 # Builds the release preset's benchmarks, runs each with 5 repetitions (medians), runs
 # bench/tf_compare.py (which makes TensorFlow's virtual environment under ~/.cache/mirrored/ the
-# first time: a download of a few hundred MB) and bench/e2e_digits.py (train_digits, TF Keras and
+# first time: a download of a few hundred MB), bench/e2e_digits.py (train_digits, TF Keras and
 # PyTorch DDP training the digits MLP; PyTorch is Debian's python3-torch, which
-# `scripts/install-deps.sh --ddp` installs and `make bench-report` asks for), and writes to the
+# `scripts/install-deps.sh --ddp` installs and `make bench-report` asks for) and bench/e2e_fashion.py
+# (TF's Fashion-MNIST tutorial, PyTorch DDP and fashion_mnist, one epoch each, and fashion_mnist's
+# scaling from 1 to 2 replicas; about 5 minutes), and writes to the
 # output folder (default build/bench-report/): every JSON file, each benchmark's console log,
 # tables.md (every table), report.md (the machine, the load, how long each stage took, the tables)
 # and the charts.
@@ -23,8 +25,9 @@
 # against this run's figures (the table at the top of the generated block).
 #
 # Options: --quick, --no-docs, --out DIR, --jobs N (build jobs, default 2), --skip-tf (no
-# TensorFlow: neither tf_compare.py nor e2e_digits.py's TF side), --skip-e2e (no e2e_digits.py),
-# --skip-multi-worker (no bench_multi_worker.sh, no bench_preemption.py).
+# TensorFlow: neither tf_compare.py nor the end-to-end scripts' TF sides), --skip-e2e (no
+# e2e_digits.py, no e2e_fashion.py), --skip-fashion (no e2e_fashion.py), --skip-multi-worker (no
+# bench_multi_worker.sh, no bench_preemption.py).
 # Close everything else first: every benchmark runs as many threads as replicas.
 set -euo pipefail
 
@@ -35,6 +38,7 @@ OUT="$ROOT/build/bench-report"
 JOBS=2
 SKIP_TF=0
 SKIP_E2E=0
+SKIP_FASHION=0
 SKIP_MW=0
 DOCS=1
 while [ $# -gt 0 ]; do
@@ -46,9 +50,10 @@ while [ $# -gt 0 ]; do
     --jobs) JOBS=$2; shift ;;
     --jobs=*) JOBS=${1#--jobs=} ;;
     --skip-tf) SKIP_TF=1 ;;
-    --skip-e2e) SKIP_E2E=1 ;;
+    --skip-e2e) SKIP_E2E=1; SKIP_FASHION=1 ;;
+    --skip-fashion) SKIP_FASHION=1 ;;
     --skip-multi-worker) SKIP_MW=1 ;;
-    -h | --help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run_all.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -69,6 +74,7 @@ mkdir -p "$OUT"
 # What a skipped stage would have written must not come from an earlier run.
 [ "$SKIP_TF" = 1 ] && rm -f "$OUT/tf_compare.json" "$OUT/tf_compare.md"
 [ "$SKIP_E2E" = 1 ] && rm -f "$OUT/e2e_digits.json" "$OUT/e2e_digits.md"
+[ "$SKIP_FASHION" = 1 ] && rm -f "$OUT/e2e_fashion.json" "$OUT/e2e_fashion.md"
 [ "$SKIP_MW" = 1 ] && rm -f "$OUT/multi_worker.log"
 BIN="$ROOT/build/release/bench"
 if [ "$QUICK" = 1 ]; then
@@ -104,6 +110,7 @@ cmake --preset release >"$OUT/configure.log"
 BENCHES=(bench_all_reduce bench_run_overhead bench_apply_gradients bench_input_pipeline bench_checkpoint bench_overlap
   bench_tf_ops)
 [ "$SKIP_E2E" = 0 ] && BENCHES+=(train_digits e2e_digits_setup)
+[ "$SKIP_FASHION" = 0 ] && BENCHES+=(fashion_mnist)
 [ "$SKIP_MW" = 0 ] && BENCHES+=(bench_multi_worker mirrored_mw_worker train_digits)
 cmake --build --preset release -j"$JOBS" --target "${BENCHES[@]}" >"$OUT/build.log"
 end "build (release)"
@@ -132,6 +139,17 @@ if [ "$SKIP_E2E" = 0 ]; then
     >"$OUT/e2e_digits.log" 2>&1 ||
     { echo "run_all.sh: e2e_digits.py failed; see $OUT/e2e_digits.log" >&2; exit 1; }
   end "e2e_digits (train_digits, TF Keras, PyTorch DDP)"
+fi
+
+if [ "$SKIP_FASHION" = 0 ]; then
+  FASHION_ARGS=()
+  [ "$QUICK" = 1 ] && FASHION_ARGS+=(--quick)
+  [ "$SKIP_TF" = 1 ] && FASHION_ARGS+=(--skip-tf --skip-torch)  # PyTorch starts from TF's weights
+  begin "e2e_fashion (TF's tutorial, PyTorch DDP, fashion_mnist; scaling)"
+  python3 bench/e2e_fashion.py "${FASHION_ARGS[@]}" --out-json "$OUT/e2e_fashion.json" \
+    --out-md "$OUT/e2e_fashion.md" >"$OUT/e2e_fashion.log" 2>&1 ||
+    { echo "run_all.sh: e2e_fashion.py failed; see $OUT/e2e_fashion.log" >&2; exit 1; }
+  end "e2e_fashion (TF's tutorial, PyTorch DDP, fashion_mnist; scaling)"
 fi
 
 if [ "$SKIP_MW" = 0 ]; then
@@ -191,6 +209,8 @@ machine() {
   echo
   [ "$SKIP_TF" = 0 ] && { echo "## Side by side with TensorFlow"; echo; cat "$OUT/tf_compare.md"; echo; }
   [ "$SKIP_E2E" = 0 ] && { echo "## End to end: the digits MLP"; echo; cat "$OUT/e2e_digits.md"; echo; }
+  [ "$SKIP_FASHION" = 0 ] && { echo "## End to end: TF's Fashion-MNIST tutorial; fashion_mnist's scaling"; echo
+    cat "$OUT/e2e_fashion.md"; echo; }
   echo "## Tables"
   echo
   cat "$OUT/tables.md"
@@ -199,11 +219,11 @@ machine() {
 if [ "$DOCS" = 1 ]; then
   # The generated block of docs/performance.md: the charts, the TF table and the checkpoint table of
   # this run.
-  python3 - "$ROOT/docs/performance.md" "$OUT" "$SKIP_TF" "$LOAD_START" "$LOAD_END" "$SKIP_E2E" <<'EOF'
+  python3 - "$ROOT/docs/performance.md" "$OUT" "$SKIP_TF" "$LOAD_START" "$LOAD_END" "$SKIP_E2E" "$SKIP_FASHION" <<'EOF'
 import re, subprocess, sys, time
 from pathlib import Path
 doc, out, skip_tf, load_start, load_end = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "1", sys.argv[4], sys.argv[5]
-skip_e2e = sys.argv[6] == "1"
+skip_e2e, skip_fashion = sys.argv[6] == "1", sys.argv[7] == "1"
 begin, end = "<!-- BEGIN generated by bench/run_all.sh -->", "<!-- END generated by bench/run_all.sh -->"
 text = doc.read_text()
 if begin not in text or end not in text:
@@ -257,6 +277,10 @@ if not skip_e2e:
               "**End to end: the digits MLP** (`bench/e2e_digits.py`, one run of each; method under "
               "[End to end: the digits MLP](#end-to-end-the-digits-mlp-with-tensorflow-and-pytorch)):",
               "", (out / "e2e_digits.md").read_text().strip(), ""]
+if not skip_fashion:
+    lines += ["**End to end: TF's Fashion-MNIST tutorial, and fashion_mnist's scaling** (`bench/e2e_fashion.py`, one "
+              "run of each; method under [End to end: TF's Fashion-MNIST tutorial](#end-to-end-tfs-fashion-mnist-tutorial-"
+              "with-pytorch-and-fashion_mnists-scaling)):", "", (out / "e2e_fashion.md").read_text().strip(), ""]
 lines += ["**Checkpoints** (`bench_checkpoint`):", "", checkpoint, "", end]
 new = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda m: "\n".join(lines), text, flags=re.S)
 doc.write_text(new)

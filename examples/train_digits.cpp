@@ -50,6 +50,9 @@
 #include <mirrored/mirrored.hpp>
 #include <mirrored/variable_checkpoint.hpp>
 
+#include "common/cli.hpp"
+#include "common/raise_at_step.hpp"
+#include "common/strategy.hpp"
 #include "digits/digits_data.hpp"
 #include "digits/mlp.hpp"
 #include "digits/train.hpp"
@@ -58,28 +61,14 @@ namespace {
 
 struct Args {
   std::vector<std::string> devices;
-  std::string strategy = "mirrored";
+  examples::DistributionFlags distribution;  // --strategy, --compression, --timeline
   digits::TrainConfig cfg;
   std::string data = digits::default_digits_path();
   std::string save;
-  std::string timeline;
   bool verbose = false;
 };
 
-// A CLI11 validator (no text of its own in --help): `ok(value)` says whether the value is good.
-template <class Ok>
-CLI::Validator must_be(const std::string& what, Ok ok) {
-  return CLI::Validator([=](std::string& v) { return ok(v) ? std::string() : what + ", got '" + v + "'"; }, "");
-}
-
-bool is_uint(const std::string& v) { return !v.empty() && v.find_first_not_of("0123456789") == std::string::npos; }
-
-// Whether all of `v` is a number of type T (in range).
-template <class T>
-bool converts(const std::string& v, T& out) {
-  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  return ec == std::errc() && end == v.data() + v.size();
-}
+using examples::must_be;
 
 // Flags, checked before anything is printed: a mistake costs no training time. `--flag value` and
 // `--flag=value` both work; --help lists every flag with its default. Exits 2 on a usage error,
@@ -92,44 +81,28 @@ Args parse(int argc, char** argv) {
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return "train_digits: " + std::string(e.what()) + "\nRun 'train_digits --help' for the flags.\n";
   });
-  auto dflt = [](const std::string& text, const auto& value) {
-    std::ostringstream os;
-    os << text << " (default: " << value << ")";
-    return os.str();
-  };
+  auto dflt = [](const std::string& text, const auto& value) { return examples::with_default(text, value); };
   std::string devices;
   app.add_option("--devices", devices,
                  "Comma-separated replica devices, e.g. CPU:0,CPU:1 (default: every GPU, else CPU:0,CPU:1)")
       ->type_name("LIST");
   app.add_option("--epochs", a.cfg.epochs, dflt("Passes over the training set", a.cfg.epochs))
       ->type_name("N")
-      ->check(must_be("must be a positive integer", [](const std::string& v) {
-        int x = 0;
-        return is_uint(v) && converts(v, x) && x >= 1;
-      }));
+      ->check(examples::integer_at_least<int>(1));
   app.add_option("--global-batch", a.cfg.global_batch,
                  dflt("Examples per step, over all replicas; at least the number of replicas", a.cfg.global_batch))
       ->type_name("N")
-      ->check(must_be("must be a positive integer", [](const std::string& v) {
-        int64_t x = 0;
-        return is_uint(v) && converts(v, x) && x >= 1;
-      }));
+      ->check(examples::integer_at_least<int64_t>(1));
   app.add_option("--optimizer", a.cfg.optimizer, dflt("sgd or adam", a.cfg.optimizer))
       ->type_name("NAME")
-      ->check(must_be("must be sgd or adam", [](const std::string& v) { return v == "sgd" || v == "adam"; }));
+      ->check(examples::one_of({"sgd", "adam"}));
   app.add_option("--learning-rate", a.cfg.learning_rate, "Step size (default: 0.5 for sgd, 0.01 for adam)")
       ->type_name("X")
-      ->check(must_be("must be a positive finite number", [](const std::string& v) {
-        double x = 0;
-        return converts(v, x) && std::isfinite(x) && x > 0;
-      }));
+      ->check(examples::positive_finite_number());
   app.add_option("--seed", a.cfg.seed,
                  dflt("Seed of the initial weights, the held-out split and the shuffling", a.cfg.seed))
       ->type_name("N")
-      ->check(must_be("must be a non-negative integer", [](const std::string& v) {
-        uint64_t x = 0;
-        return is_uint(v) && converts(v, x);
-      }));
+      ->check(examples::integer_at_least<uint64_t>(0));
   app.add_option("--data", a.data, dflt("The digits CSV, gzip-compressed or plain", a.data))
       ->type_name("PATH")
       ->check(must_be("must be an existing file", [](const std::string& v) {
@@ -138,45 +111,17 @@ Args parse(int argc, char** argv) {
       }));
   app.add_option("--save", a.save, "Save the trained variables to this safetensors file (default: do not save)")
       ->type_name("PATH")
-      ->check(must_be("must be in an existing directory", [](const std::string& v) {
-        const std::filesystem::path dir = std::filesystem::path(v).parent_path();
-        std::error_code ec;
-        return dir.empty() || std::filesystem::is_directory(dir, ec);
-      }));
-  app.add_option("--timeline", a.timeline,
-                 "Write a timeline of the training (open it in ui.perfetto.dev) to this JSON file (default: none)")
-      ->type_name("PATH")
-      ->check(must_be("must be in an existing directory", [](const std::string& v) {
-        const std::filesystem::path dir = std::filesystem::path(v).parent_path();
-        std::error_code ec;
-        return dir.empty() || std::filesystem::is_directory(dir, ec);
-      }));
-  app.add_option("--strategy", a.strategy,
-                 dflt("mirrored, or multi_worker for the workers of the launcher that started it (tools/launch.sh, "
-                      "torchrun, mpirun, srun)",
-                      a.strategy))
-      ->type_name("NAME")
-      ->check(must_be("must be mirrored or multi_worker",
-                      [](const std::string& v) { return v == "mirrored" || v == "multi_worker"; }));
+      ->check(examples::in_existing_directory());
   app.add_flag("--verbose", a.verbose,
                "Print the bytes between host and each replica device, and the host waits, per training step");
   app.add_flag("--shard-optimizer-state", a.cfg.shard_optimizer_state,
                "Keep each replica's slice of the optimizer's slots only (the same weights, 1/N of the state)");
-  std::string compression = "none";
-  app.add_option("--compression", compression,
-                 dflt("How gradients cross workers: none, fp16 or bf16 (--strategy multi_worker)", compression))
-      ->type_name("NAME")
-      ->check(must_be("must be none, fp16 or bf16",
-                      [](const std::string& v) { return v == "none" || v == "fp16" || v == "bf16"; }));
   app.add_option("--accumulate", a.cfg.accumulate,
                  dflt("Micro-batches per step (gradient accumulation): each step trains K micro-batches of "
                       "global-batch/K rows and applies their summed gradients once; K must divide --global-batch",
                       a.cfg.accumulate))
       ->type_name("K")
-      ->check(must_be("must be a positive integer", [](const std::string& v) {
-        int x = 0;
-        return is_uint(v) && converts(v, x) && x >= 1;
-      }));
+      ->check(examples::integer_at_least<int>(1));
   app.add_option("--checkpoint-dir", a.cfg.checkpoint_dir,
                  "Fault-tolerant training: keep checkpoints in this directory, resume from the newest, save and exit "
                  "with status 75 on SIGTERM (default: none)")
@@ -185,31 +130,22 @@ Args parse(int argc, char** argv) {
                  dflt("With --checkpoint-dir: also save every N steps (0: only on SIGTERM and at the end)",
                       a.cfg.save_every_steps))
       ->type_name("N")
-      ->check(must_be("must be a non-negative integer", [](const std::string& v) {
-        int64_t x = 0;
-        return is_uint(v) && converts(v, x);
-      }));
+      ->check(examples::integer_at_least<int64_t>(0));
   app.add_flag("--eval-every-epoch", a.cfg.eval_every_epoch,
                "Print the held-out accuracy after every epoch and the training loop's time (evaluations excluded)");
+  examples::add_distribution_flags(app, a.distribution);
   app.allow_extras();  // reported below, in the order given (CLI11 lists them reversed)
   try {
     app.parse(argc, argv);
-    if (const auto extra = app.remaining(); !extra.empty()) {
-      throw CLI::ExtrasError(
-          extra[0].rfind('-', 0) == 0 ? "unknown flag " + extra[0] : "unexpected argument '" + extra[0] + "'",
-          CLI::ExitCodes::ExtrasError);
-    }
-    a.cfg.compression = compression == "fp16"   ? mirrored::Compression::FP16
-                        : compression == "bf16" ? mirrored::Compression::BF16
-                                                : mirrored::Compression::NONE;
+    examples::reject_extras(app);
+    a.cfg.compression = a.distribution.compression_kind();
     if (devices.empty()) {
       // All GPUs, else two CPU replicas.
       for (const auto& d : mirrored::list_logical_devices(mirrored::DeviceType::GPU))
         a.devices.push_back(d.short_name());
       if (a.devices.empty()) a.devices = {"CPU:0", "CPU:1"};
     } else {
-      std::stringstream ss(devices);
-      for (std::string d; std::getline(ss, d, ',');) a.devices.push_back(d);
+      a.devices = examples::split_list(devices);
     }
     if (a.cfg.save_every_steps > 0 && a.cfg.checkpoint_dir.empty())
       throw CLI::ValidationError("--save-every-steps", "needs --checkpoint-dir");
@@ -252,38 +188,6 @@ void show(const digits::EpochReport& r, int epochs, bool tty) {
   }
 }
 
-// Test hook (tests/cluster/test_resume.cpp): MIRRORED_TEST_RAISE_AT_STEP="STEP:SIGNAL[:WORKER[:DELAY_US]]"
-// makes this process (worker WORKER of a multi-worker job, default 0) send itself SIGNAL (TERM or
-// KILL) after step STEP of the first run of the job (the launcher's restart count,
-// MIRRORED_RESTART_COUNT or torchrun's TORCHELASTIC_RESTART_COUNT, unset or 0), or
-// DELAY_US microseconds later, from another thread (a moment inside a later step or a save): a
-// preemption or a crash at a chosen point. Ignored when unset.
-std::function<void(int64_t)> raise_at_step_hook(int worker_index) {
-  const char* spec = std::getenv("MIRRORED_TEST_RAISE_AT_STEP");
-  if (!spec) return {};
-  for (const char* count : {"MIRRORED_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"}) {
-    const char* restarts = std::getenv(count);
-    if (restarts && std::string(restarts) != "0") return {};
-  }
-  long long step = 0, delay_us = 0;
-  char sig[8] = {};
-  int worker = 0;
-  if (std::sscanf(spec, "%lld:%7[A-Z]:%d:%lld", &step, sig, &worker, &delay_us) < 2 || worker != worker_index)
-    return {};
-  const int signal = std::string(sig) == "KILL" ? SIGKILL : SIGTERM;
-  return [step, signal, delay_us](int64_t done) {
-    if (done != step) return;
-    if (delay_us <= 0) {
-      ::kill(::getpid(), signal);
-      return;
-    }
-    std::thread([signal, delay_us] {
-      std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
-      ::kill(::getpid(), signal);
-    }).detach();
-  };
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -291,14 +195,10 @@ int main(int argc, char** argv) {
   try {
     const digits::Dataset all = digits::load_digits(args.data);
     const digits::Split split = digits::split_digits(all, args.cfg.test_fraction, args.cfg.seed);
-    std::unique_ptr<mirrored::Strategy> owned;
-    if (args.strategy == "multi_worker")
-      owned = std::make_unique<mirrored::MultiWorkerMirroredStrategy>(
-          mirrored::CommunicationOptions{}, mirrored::cluster_resolver_from_environment(), args.devices);
-    else
-      owned = std::make_unique<mirrored::MirroredStrategy>(args.devices);
+    const std::unique_ptr<mirrored::Strategy> owned = examples::make_strategy(args.distribution.strategy, args.devices);
     mirrored::Strategy& strategy = *owned;
-    if (!args.timeline.empty()) mirrored::timeline::start(args.timeline);  // after the strategy: its file name
+    if (!args.distribution.timeline.empty())
+      mirrored::timeline::start(args.distribution.timeline);  // after the strategy: its file name
     std::printf("training on %zu examples, holding out %zu; %d replicas (", static_cast<size_t>(split.train.size()),
                 static_cast<size_t>(split.test.size()), strategy.num_replicas_in_sync());
     for (std::size_t i = 0; i < args.devices.size(); ++i) std::printf("%s%s", i ? ", " : "", args.devices[i].c_str());
@@ -308,7 +208,7 @@ int main(int argc, char** argv) {
                   static_cast<long long>(args.cfg.global_batch / args.cfg.accumulate));
     std::printf("\n");
     digits::TrainConfig cfg = args.cfg;
-    cfg.after_step = raise_at_step_hook(strategy.extended().worker_index());
+    cfg.after_step = examples::raise_at_step_hook(strategy.extended().worker_index());
     const bool tty = isatty(STDOUT_FILENO);
     const auto devices = strategy.extended().worker_devices();
     std::vector<mirrored::TransferCounts> before;
@@ -353,24 +253,9 @@ int main(int argc, char** argv) {
       mirrored::checkpoint::save(args.save, vars, {{"model", "digits-mlp-64-64-10"}});
       std::printf("saved checkpoint to %s\n", args.save.c_str());
     }
-    if (mirrored::timeline::active()) {
-      const std::string written = mirrored::timeline::path();
-      mirrored::timeline::stop();
-      std::printf("wrote the timeline to %s\n", written.c_str());
-    }
+    examples::finish_timeline();
   } catch (const mirrored::Error& e) {
     if (g_progress_line_open) std::printf("\n");
-    std::fflush(stdout);
-    std::cerr << "train_digits: " << mirrored::error_code_name(e.code()) << ": " << e.what() << "\n";
-    if (args.strategy == "multi_worker" &&
-        (e.code() == mirrored::ErrorCode::UNAVAILABLE || e.code() == mirrored::ErrorCode::DEADLINE_EXCEEDED)) {
-      // A lost peer (dead, hung or unreachable) is no reason to give up: the launcher restarts
-      // the job, which resumes from --checkpoint-dir.
-      std::cerr << "train_digits: a worker of the job was lost; exiting with status "
-                << mirrored::PreemptionCheckpointHandler::kRestartExitCode
-                << " so that the launcher restarts the job\n";
-      return mirrored::PreemptionCheckpointHandler::kRestartExitCode;
-    }
-    return 1;
+    return examples::exit_status_for("train_digits", args.distribution.strategy, e);
   }
 }

@@ -44,6 +44,7 @@ packages=(
   libcli11-dev
   libgloo-dev
   libdlpack-dev  # <mirrored/dlpack.hpp>: DLPack interop (header only)
+  dataset-fashion-mnist  # examples/fashion_mnist and its tests: the IDX files in /usr/share/datasets/fashion-mnist
   python3  # the layer check (tools/check_layers.py, the tests `layers` and `layers.self_test`)
   # The fuzz preset (make fuzz): clang with libFuzzer and the sanitizer runtimes.
   clang-14

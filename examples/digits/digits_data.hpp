@@ -8,8 +8,6 @@
 ///
 /// Needs zlib at link time (`-lz`, CMake's `ZLIB::ZLIB`).
 
-#include <zlib.h>
-
 #include <cerrno>
 #include <charconv>
 #include <cstdint>
@@ -25,6 +23,8 @@
 
 #include <mirrored/errors.hpp>
 #include <mirrored/tensor.hpp>
+
+#include "common/gzip.hpp"
 
 namespace digits {
 
@@ -45,13 +45,8 @@ struct Dataset {
   int64_t size() const { return labels.numel(); }
 };
 
-/// The streamed parts joined into one string (for error messages).
-template <class... Parts>
-std::string concat(const Parts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
-}
+using examples::concat;
+using examples::read_gzip_file;
 
 /// Parses the CSV text (already decompressed). `source` names the file in error messages.
 /// Blank lines are skipped; `\r\n` line ends are accepted.
@@ -110,34 +105,6 @@ inline Dataset parse_digits_csv(std::string_view text, const std::string& source
   const auto n = static_cast<int64_t>(labels.size());
   return Dataset{mirrored::Tensor<float>::from_vector(std::move(features), {n, kFeatures}),
                  mirrored::Tensor<int32_t>::from_vector(std::move(labels), {n})};
-}
-
-/// Reads a whole gzip file (a plain file is read as is, as zlib does).
-/// \throws mirrored::NotFoundError when it does not exist; mirrored::InvalidArgumentError when it
-/// cannot be read or the gzip stream is corrupt or truncated.
-inline std::string read_gzip_file(const std::string& path) {
-  errno = 0;
-  gzFile raw = gzopen(path.c_str(), "rb");
-  if (!raw) {
-    const int err = errno;
-    if (err == ENOENT) throw mirrored::NotFoundError(concat(path, ": no such file"));
-    throw mirrored::InvalidArgumentError(concat(path, ": cannot open: ", err ? std::strerror(err) : "out of memory"));
-  }
-  std::unique_ptr<gzFile_s, int (*)(gzFile)> file(raw, gzclose);
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    const int n = gzread(file.get(), buf, sizeof buf);
-    if (n < 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-    if (n == 0) break;
-  }
-  int err = Z_OK;
-  const char* msg = gzerror(file.get(), &err);
-  if (err != Z_OK && err != Z_STREAM_END)
-    throw mirrored::InvalidArgumentError(
-        concat(path, ": corrupt or truncated gzip data: ", err == Z_ERRNO ? std::strerror(errno) : msg));
-  return out;
 }
 
 /// Loads the digits CSV (gzip-compressed) at `path`.

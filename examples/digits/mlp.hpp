@@ -24,6 +24,8 @@
 #include <mirrored/errors.hpp>
 #include <mirrored/tensor.hpp>
 
+#include "common/glorot.hpp"
+
 namespace digits {
 
 /// A shape as Python prints a tuple: `(64, 10)`, `(9,)`, `()`.
@@ -68,24 +70,14 @@ using MlpParams = MlpParamsT<float>;
 /// from U(-limit, limit) with limit = sqrt(6 / (fan_in + fan_out)), biases zero (Keras' defaults).
 /// The uniform draws use `std::mt19937` and explicit arithmetic (the standard distributions differ
 /// between standard libraries): u = (draw + 0.5) / 2^32, value = limit * (2u - 1), in double, then
-/// converted to T. w1 is drawn first (row-major), then w2.
+/// converted to T (examples::glorot_uniform). w1 is drawn first (row-major), then w2.
 template <class T = float>
 MlpParamsT<T> init_mlp(uint64_t seed) {
-  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
-  std::mt19937 rng(seq);
-  auto glorot = [&](int64_t fan_in, int64_t fan_out) {
-    const double limit = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
-    std::vector<T> v(static_cast<std::size_t>(fan_in * fan_out));
-    for (auto& x : v) {
-      const double u = (static_cast<double>(rng()) + 0.5) / 4294967296.0;
-      x = static_cast<T>(limit * (2.0 * u - 1.0));
-    }
-    return mirrored::Tensor<T>::from_vector(std::move(v), {fan_in, fan_out});
-  };
+  std::mt19937 rng = examples::init_rng(seed);
   MlpParamsT<T> p;
-  p.w1 = glorot(kMlpInputs, kMlpHidden);
+  p.w1 = examples::glorot_uniform<T>(rng, {kMlpInputs, kMlpHidden}, kMlpInputs, kMlpHidden);
   p.b1 = mirrored::Tensor<T>::zeros({kMlpHidden});
-  p.w2 = glorot(kMlpHidden, kMlpOutputs);
+  p.w2 = examples::glorot_uniform<T>(rng, {kMlpHidden, kMlpOutputs}, kMlpHidden, kMlpOutputs);
   p.b2 = mirrored::Tensor<T>::zeros({kMlpOutputs});
   return p;
 }

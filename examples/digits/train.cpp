@@ -10,31 +10,10 @@
 #include <mirrored/gradient_buckets.hpp>
 #include <mirrored/preemption_checkpoint_handler.hpp>
 
+#include "common/rows.hpp"
 #include "digits/device_mlp.hpp"
 
 namespace digits {
-namespace {
-
-// Rows [begin, end) of `t` (axis 0), on its device. Host tensors are copied row by row through
-// `data()`; a device tensor goes through the host (`to_vector`, `from_vector`), since Tensor has
-// no device-side slice, and a micro-batch is small.
-template <class E>
-mirrored::Tensor<E> rows_of(const mirrored::Tensor<E>& t, int64_t begin, int64_t end) {
-  mirrored::Shape shape = t.shape();
-  const int64_t row = shape[0] > 0 ? t.numel() / shape[0] : 0;
-  shape[0] = end - begin;
-  if (!t.device().is_host()) {
-    const std::vector<E> all = t.to_vector();
-    return mirrored::Tensor<E>::from_vector(std::vector<E>(all.begin() + begin * row, all.begin() + end * row),
-                                            std::move(shape), t.device());
-  }
-  auto out = mirrored::Tensor<E>::empty(shape, t.device());
-  std::copy_n(t.data() + begin * row, out.numel(), out.data());
-  return out;
-}
-
-}  // namespace
-
 TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainConfig& cfg,
                   const std::function<void(const EpochReport&)>& report) {
   using namespace mirrored;
@@ -111,7 +90,7 @@ TrainResult train(mirrored::Strategy& strategy, const Split& data, const TrainCo
     int64_t begin = 0;
     for (int j = 0; j < cfg.accumulate; ++j) {
       const int64_t end = begin + floor + (j < extra ? 1 : 0);
-      auto [g, l] = loss_and_grads(rows_of(x, begin, end), rows_of(y, begin, end));
+      auto [g, l] = loss_and_grads(examples::rows_of(x, begin, end), examples::rows_of(y, begin, end));
       optimizers::GradsAndVars<float> gv;
       for (std::size_t i = 0; i < g.size(); ++i) gv.emplace_back(g[i] / static_cast<float>(global), vars[i]);
       accumulator.accumulate(gv);  // summed on this replica's device, no collective

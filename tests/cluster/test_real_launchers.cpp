@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "cluster/finished_training.hpp"
 #include "cluster/process_harness.hpp"
-#include "cluster/trained_weights.hpp"
 
 namespace mirrored {
 namespace launcher_tests {
@@ -255,7 +255,7 @@ TEST(RealLaunchers, TorchrunRestartsTheJobWhenAWorkerIsKilledAndItEndsBitwiseEqu
   Job reference = run(plus({"/bin/bash", kLaunch, "2", "--"}, resumable(reference_dir.path())), {});
   ASSERT_TRUE(reference.wait(kJobSeconds)) << reference.outputs();
   ASSERT_EQ(reference.code(0), 0) << reference.outputs();
-  const std::string want = testing::final_checkpoint(reference.output(0));
+  const std::string want = testing::finished_checkpoint(reference.output(0));
   ASSERT_FALSE(want.empty()) << reference.output(0);
   // Worker 1 kills itself after step 20 of the first attempt (TORCHELASTIC_RESTART_COUNT 0): its
   // peer sees it gone and exits with 75, the agent restarts both, and they resume at step 14.
@@ -266,7 +266,7 @@ TEST(RealLaunchers, TorchrunRestartsTheJobWhenAWorkerIsKilledAndItEndsBitwiseEqu
   EXPECT_THAT(out, HasSubstr("train_digits: a worker of the job was lost; exiting with status 75 so that the "
                              "launcher restarts the job"));
   EXPECT_THAT(out, HasSubstr("resumed from the checkpoint of step 14"));
-  const std::string got = testing::final_checkpoint(out);
+  const std::string got = testing::finished_checkpoint(out);
   ASSERT_FALSE(got.empty()) << out;
   const Weights uninterrupted = testing::model_and_optimizer(want);
   ASSERT_TRUE(uninterrupted.count("optimizer/iterations")) << "the step counter is saved";

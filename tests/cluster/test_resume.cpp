@@ -19,8 +19,8 @@
 
 #include <mirrored/checkpoint.hpp>
 
+#include "cluster/finished_training.hpp"
 #include "cluster/process_harness.hpp"
-#include "cluster/trained_weights.hpp"
 
 #ifndef MIRRORED_RESUME_FIRST_SEED
 #define MIRRORED_RESUME_FIRST_SEED 0
@@ -62,7 +62,7 @@ Job start(const std::vector<std::string>& argv, const std::map<std::string, std:
   return Job(1, {0}, argv, env);
 }
 
-using testing::final_checkpoint;
+using testing::finished_checkpoint;
 using testing::model_and_optimizer;
 
 // The uninterrupted run of a case, once per process.
@@ -75,7 +75,7 @@ const std::map<std::string, std::vector<unsigned char>>& reference(const Case& c
     Job job = start(command(c, dirs[key]->path(), 0));
     EXPECT_TRUE(job.wait(kJobSeconds)) << job.outputs();
     EXPECT_EQ(job.code(0), 0) << job.outputs();
-    const std::string path = final_checkpoint(job.output(0));
+    const std::string path = finished_checkpoint(job.output(0));
     EXPECT_FALSE(path.empty()) << job.outputs();
     if (path.empty()) return cache[key];
     cache[key] = model_and_optimizer(path);
@@ -85,7 +85,7 @@ const std::map<std::string, std::vector<unsigned char>>& reference(const Case& c
 }
 
 void expect_same_training(const Case& c, const std::string& finished_output, const std::string& what) {
-  const std::string path = final_checkpoint(finished_output);
+  const std::string path = finished_checkpoint(finished_output);
   ASSERT_FALSE(path.empty()) << what << "\n" << finished_output;
   const auto got = model_and_optimizer(path);
   const auto& want = reference(c);

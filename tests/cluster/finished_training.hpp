@@ -1,7 +1,7 @@
 #pragma once
-// Test helper: what train_digits leaves behind, read back for bitwise comparisons
-// (tests/cluster/test_resume.cpp, tests/cluster/test_real_launchers.cpp).
-
+// What an example program's fault-tolerant run saved (train_digits, fashion_mnist): the path it
+// prints and the checkpoint's tensors, to compare an interrupted and resumed run with an
+// uninterrupted one bit for bit.
 #include <map>
 #include <string>
 #include <vector>
@@ -10,9 +10,8 @@
 
 namespace mirrored::testing {
 
-/// What the finished training saved: the path after "saved the finished training to " in
-/// train_digits' output ("" when it did not say).
-inline std::string final_checkpoint(const std::string& output) {
+/// The path after "saved the finished training to " in a program's output ("" if absent).
+inline std::string finished_checkpoint(const std::string& output) {
   const std::string key = "saved the finished training to ";
   const auto at = output.rfind(key);
   if (at == std::string::npos) return "";
@@ -20,8 +19,7 @@ inline std::string final_checkpoint(const std::string& output) {
   return output.substr(at + key.size(), end - at - key.size());
 }
 
-/// Every tensor of the safetensors file at `path` but the input iterators' positions (`input/…`),
-/// as raw bytes by name.
+/// Every tensor of the checkpoint at `path` but the input iterators' positions, as raw bytes.
 inline std::map<std::string, std::vector<unsigned char>> model_and_optimizer(const std::string& path) {
   std::map<std::string, std::vector<unsigned char>> out;
   const auto ckpt = checkpoint::load(path);
