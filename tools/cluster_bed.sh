@@ -94,9 +94,11 @@ up() {
     ip -n "$ns" link set eth0 up
     ip -n "$prefix-sw" link set "p$h" master br0
     ip -n "$prefix-sw" link set "p$h" up
-    # Own shared memory and host name, kept by bind-mounted namespace files.
+    # Own shared memory and host name, kept by bind-mounted namespace files. The host name is the
+    # address: the bed has no name service, and launchers pass host names around (torchrun's
+    # MASTER_ADDR is its first agent's host name).
     touch "$STATE/$prefix/h$h.ipc" "$STATE/$prefix/h$h.uts"
-    unshare --ipc="$STATE/$prefix/h$h.ipc" --uts="$STATE/$prefix/h$h.uts" hostname "$prefix-h$h"
+    unshare --ipc="$STATE/$prefix/h$h.ipc" --uts="$STATE/$prefix/h$h.uts" hostname "$SUBNET.$((10 + h))"
   done
   echo "$prefix"
 }

@@ -53,3 +53,10 @@ add_test(NAME bed.a_job_that_lost_a_host_mid_save_resumes_bitwise_equal
   COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/bed/bed_resume.sh" "${PROJECT_BINARY_DIR}")
 set_tests_properties(bed.a_job_that_lost_a_host_mid_save_resumes_bitwise_equal PROPERTIES LABELS "bed;cluster"
   SKIP_RETURN_CODE 77 TIMEOUT 180)
+# torchrun across the bed's hosts (one agent per host, c10d rendezvous): the weights of
+# tools/launch.sh, and after a worker is killed the agents restart the group, which resumes to the
+# same weights (tests/bed/bed_torchrun.sh; skipped without torchrun).
+add_test(NAME bed.torchrun_across_two_hosts_trains_and_restarts_to_the_weights_of_launch_sh
+  COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/bed/bed_torchrun.sh" "${PROJECT_BINARY_DIR}")
+set_tests_properties(bed.torchrun_across_two_hosts_trains_and_restarts_to_the_weights_of_launch_sh PROPERTIES
+  LABELS "bed;cluster;launcher" SKIP_RETURN_CODE 77 TIMEOUT 240)
