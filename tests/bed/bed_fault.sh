@@ -21,7 +21,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bed="$here/tools/cluster_bed.sh"
 bin=$1 fault=$2 victim=$3
 shift 3
-hosts=3 per_host=1 replicas=1 peer_timeout=3 expect=lost heal_after="" cut_peer="" cap_rate="" settle=3
+hosts=3 per_host=1 replicas=1 peer_timeout=3 expect=lost heal_after="" cut_peer="" cap_rate="" settle=2
 program=digits expect_log="" at_start=0 collective_timeout=1800
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -105,7 +105,8 @@ for ((w = 0; w < workers; w++)); do
   disown  # killed with the bed at the end: no job report
 done
 
-# Training under way: every worker joined (its program still runs) and has trained a while.
+# Training under way: every worker joined (its program still runs) and has trained a while
+# (start-up takes about a second).
 sleep "$settle"
 for ((w = 0; w < workers; w++)); do
   if [ "$expect" != none ] && [ "$at_start" != 1 ] && [ -e "$work/exit.$w" ]; then
