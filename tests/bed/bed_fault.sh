@@ -163,17 +163,23 @@ bound=$(calc "$peer_timeout + 2")
 # A worker that never joins is found at the start-up timeout (a late start looks the same); the
 # chief waits 2 s longer, so that the others, whose store it serves, report first.
 [ "$expect" != never-joined ] || bound=$(calc "$collective_timeout + 4")
-causes=()
-for w in "${survivors[@]}"; do
-  while [ ! -e "$work/exit.$w" ]; do
+# Waits until worker $1 has ended ($2 names it), at most until $limit s after the fault.
+wait_for_end() {
+  while [ ! -e "$work/exit.$1" ]; do
     if holds "$(date +%s.%N) - $t0 > $limit"; then
-      echo "bed_fault: survivor $w still runs $limit s after the fault (a hang):"; cat "$work/out.$w"; exit 1
+      echo "bed_fault: $2 $1 still runs $limit s after the fault (a hang):"; cat "$work/out.$1"; exit 1
     fi
     sleep 0.1
   done
+}
+# The first error line worker $1 printed.
+error_of() { grep -m1 -E "UNAVAILABLE|DEADLINE_EXCEEDED|FAILED_PRECONDITION|Error" "$work/out.$1" || true; }
+causes=()
+for w in "${survivors[@]}"; do
+  wait_for_end "$w" survivor
   read -r rc t < "$work/exit.$w"
   took=$(calc "$t - $t0")
-  error=$(grep -m1 -E "UNAVAILABLE|DEADLINE_EXCEEDED|FAILED_PRECONDITION|Error" "$work/out.$w" || true)
+  error=$(error_of "$w")
   printf 'survivor %d %.2f s exit %d: %s\n' "$w" "$took" "$rc" "$error"
   if [ "$rc" -eq 0 ]; then echo "bed_fault: survivor $w ended without an error"; status=1; fi
   if ! grep -qE "$pattern" <<<"$error"; then
@@ -190,15 +196,9 @@ if [ "$(printf '%s\n' "${causes[@]}" | sort -u | wc -l)" -ne 1 ]; then
 fi
 if [ -n "$heal_after" ] && [ "$fault" != kill ]; then
   # Healed after detection, the victim's side must fail too (never go on alone).
-  while [ ! -e "$work/exit.$victim" ]; do
-    if holds "$(date +%s.%N) - $t0 > $limit"; then
-      echo "bed_fault: the healed victim still runs $limit s after the fault"; cat "$work/out.$victim"; exit 1
-    fi
-    sleep 0.1
-  done
+  wait_for_end "$victim" "the healed victim"
   read -r rc t < "$work/exit.$victim"
-  printf 'victim %d %.2f s exit %d: %s\n' "$victim" "$(calc "$t - $t0")" "$rc" \
-    "$(grep -m1 -E "UNAVAILABLE|DEADLINE_EXCEEDED|FAILED_PRECONDITION|Error" "$work/out.$victim" || true)"
+  printf 'victim %d %.2f s exit %d: %s\n' "$victim" "$(calc "$t - $t0")" "$rc" "$(error_of "$victim")"
   [ "$rc" -ne 0 ] || { echo "bed_fault: the healed victim went on and ended successfully"; status=1; }
 fi
 exit $status
