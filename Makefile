@@ -4,6 +4,8 @@
 #   make format-check - every tracked C++ file as clang-format-14 writes it (CI's first stage)
 #   make asan   - AddressSanitizer/UBSan build + ctest
 #   make tsan   - ThreadSanitizer build + ctest
+#   make bed    - debug build + the tests labelled `bed` (faults on a cluster of network namespaces,
+#                 tools/cluster_bed.sh; root only, skipped with the reason elsewhere), six at a time
 #   make slow   - debug build + the tests labelled `slow`, which the other test targets leave out
 #                 (the long sweep of interrupted and resumed training, docs/fault_tolerance.md)
 #   make fuzz   - libFuzzer build (clang, ASan/UBSan) + every fuzz target for FUZZ_SECONDS (60) each
@@ -25,7 +27,7 @@
 JOBS ?= 2
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps format-check demo test slow asan tsan simulated-gpus fuzz cuda cuda-debug bench bench-report interop clean
+.PHONY: all deps format-check demo test bed slow asan tsan simulated-gpus fuzz cuda cuda-debug bench bench-report interop clean
 
 all: test
 
@@ -46,6 +48,11 @@ test: deps
 	cmake --preset debug
 	cmake --build --preset debug -j$(JOBS)
 	ctest --preset debug
+
+bed: deps
+	cmake --preset debug
+	cmake --build --preset debug -j$(JOBS)
+	ctest --preset bed
 
 slow: deps
 	cmake --preset debug

@@ -3,8 +3,9 @@
 # injects one fault and checks that every survivor ends within the peer timeout + 2 s with an
 # UnavailableError naming the lost worker (or the pair that cannot reach each other), the same
 # cause everywhere (tests/bed/bed_fault.sh). MIRRORED_PEER_TIMEOUT_S is 3 s here, except in the
-# test of the default (10 s). Label `bed`: the debug stage runs them; the sanitizer stages leave
-# them out (timing bounds, and the same code runs in the cluster tests there).
+# test of the default (10 s). Label `bed`: `make bed` (CI's stage of that name) runs them, six at
+# a time (they mostly wait for heartbeats to stop); the other test presets leave them out (the
+# same code runs in the cluster tests there, under the sanitizers too).
 set(_bed "${CMAKE_CURRENT_SOURCE_DIR}/bed/bed_fault.sh")
 function(mirrored_bed_test name)
   add_test(NAME bed.${name} COMMAND bash "${_bed}" "${PROJECT_BINARY_DIR}" ${ARGN})

@@ -21,7 +21,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bed="$here/tools/cluster_bed.sh"
 bin=$1 fault=$2 victim=$3
 shift 3
-hosts=3 per_host=1 replicas=1 peer_timeout=3 expect=lost heal_after="" cut_peer="" cap_rate="" settle=2
+hosts=3 per_host=1 replicas=1 peer_timeout=3 expect=lost heal_after="" cut_peer="" cap_rate="" settle=1
 program=digits expect_log="" at_start=0 collective_timeout=1800
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -105,8 +105,13 @@ for ((w = 0; w < workers; w++)); do
   disown  # killed with the bed at the end: no job report
 done
 
-# Training under way: every worker joined (its program still runs) and has trained a while
-# (start-up takes about a second).
+# Training under way: every worker joined (its INFO line on stderr, which is not buffered; 60 s
+# at most, however loaded the machine) and has trained for --settle seconds.
+if [ "$at_start" != 1 ]; then
+  for ((w = 0; w < workers; w++)); do
+    for ((i = 0; i < 600; i++)); do grep -q "joined a job of" "$work/out.$w" 2>/dev/null && break; sleep 0.1; done
+  done
+fi
 sleep "$settle"
 for ((w = 0; w < workers; w++)); do
   if [ "$expect" != none ] && [ "$at_start" != 1 ] && [ -e "$work/exit.$w" ]; then
