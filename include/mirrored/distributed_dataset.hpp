@@ -232,10 +232,11 @@ class DistributedIterator {
                                     data::detail::describe_placement(here), ": ");
     MIRRORED_ENFORCE(state_->not_resumable_elsewhere.empty(), InvalidArgumentError, moving,
                      "the pass cannot resume on another placement: ", state_->not_resumable_elsewhere);
-    MIRRORED_ENFORCE(saved[0].pipeline == describe(), InvalidArgumentError, moving,
-                     "another placement resumes only the same pipeline, DATA-sharded on both sides; the state was "
-                     "saved from the pipeline ",
-                     saved[0].pipeline, ", restoring into ", describe());
+    for (const data::detail::SavedIteratorState& one : saved)
+      MIRRORED_ENFORCE(one.pipeline == describe(), InvalidArgumentError, moving,
+                       "another placement resumes only the same pipeline, DATA-sharded on both sides; worker ",
+                       one.placement.worker_index, "'s state was saved from the pipeline ", one.pipeline,
+                       ", restoring into ", describe());
     // Each saved worker's steps not yet taken (its slices of the next global batches), read onto
     // the host: they come from other processes' devices.
     const auto saved_replicas = static_cast<std::size_t>(there.local_replicas);

@@ -49,13 +49,11 @@ void check_saved_workers(const std::vector<SavedIteratorState>& saved, const std
     MIRRORED_ENFORCE(p.num_workers == first.num_workers && p.local_replicas == first.local_replicas,
                      InvalidArgumentError, op, ": worker 0 saved on ", describe_placement(first), ", worker ", k,
                      " on ", describe_placement(p));
-    MIRRORED_ENFORCE(saved[k].pipeline == saved[0].pipeline, InvalidArgumentError, op,
-                     ": the workers saved different pipelines: worker 0 ", saved[0].pipeline, ", worker ", k, " ",
-                     saved[k].pipeline);
     MIRRORED_ENFORCE(saved[k].steps_taken == saved[0].steps_taken, InvalidArgumentError, op,
                      ": the workers saved at different steps of their pass: worker 0 after ",
-                     saved[0].steps_taken.value_or(0), " steps, worker ", k, " after ", saved[k].steps_taken.value_or(0),
-                     " (save every worker's iterator at the same step, as CheckpointManager::save does)");
+                     saved[0].steps_taken.value_or(0), " steps, worker ", k, " after ",
+                     saved[k].steps_taken.value_or(0),
+                     " steps (save every worker's iterator at the same step, as CheckpointManager::save does)");
   }
 }
 

@@ -22,8 +22,8 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 void expect_restores_elsewhere(const std::string& dir, Opt kind, int n, bool sharded, int n2, bool sharded2) {
-  SCOPED_TRACE(::testing::Message() << opt_name(kind) << ": " << n << (sharded ? " sharded" : " plain") << " -> "
-                                    << n2 << (sharded2 ? " sharded" : " plain"));
+  SCOPED_TRACE(::testing::Message() << opt_name(kind) << ": " << n << (sharded ? " sharded" : " plain") << " -> " << n2
+                                    << (sharded2 ? " sharded" : " plain"));
   std::filesystem::remove_all(dir);
   Model a(n, kind, sharded);
   checkpoint::CheckpointManager ma(a.strategy, dir);
@@ -120,9 +120,7 @@ TEST_F(ManagerTest, AnInputIteratorResumesOnAnotherReplicaCount) {
 }
 
 TEST_F(ManagerTest, AnIteratorThatCannotResumeElsewhereIsRefusedAndNothingChanges) {
-  const auto fn = [](const InputContext& ctx) {
-    return data::range(40).batch(ctx.get_per_replica_batch_size(4));
-  };
+  const auto fn = [](const InputContext& ctx) { return data::range(40).batch(ctx.get_per_replica_batch_size(4)); };
   Model a(2, Opt::adam, false);
   auto input = a.strategy.distribute_datasets_from_function(fn).begin();
   checkpoint::CheckpointManager ma(a.strategy, dir_);

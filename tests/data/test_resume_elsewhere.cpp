@@ -179,9 +179,9 @@ TEST(ResumeElsewhere, FileHintAndOffShardingAreRefusedNamingBothPlacements) {
     data::AutoShardPolicy policy;
     const char* why;
   };
-  for (const Case& c : {Case{data::AutoShardPolicy::FILE, "FILE-sharded"},
-                        Case{data::AutoShardPolicy::HINT, "HINT-sharded"},
-                        Case{data::AutoShardPolicy::OFF, "auto-shard policy is OFF"}}) {
+  for (const Case& c :
+       {Case{data::AutoShardPolicy::FILE, "FILE-sharded"}, Case{data::AutoShardPolicy::HINT, "HINT-sharded"},
+        Case{data::AutoShardPolicy::OFF, "auto-shard policy is OFF"}}) {
     const auto make = with(c.policy);
     const std::vector<std::string> states = states_after_one_step(make, 2);
     auto three = make(3, 0).begin();
@@ -220,9 +220,13 @@ TEST(ResumeElsewhere, StatesOfOnePassAtOneStepAreRequired) {
   const std::string w0_later = job.workers[0].save_state();
   auto target = start(3, 1, 0);
   Iterator& it = target.workers[0];
-  EXPECT_THAT(message_of<InvalidArgumentError>([&] { it.restore_state(std::vector<std::string>{w0_later, w1}); }),
+  EXPECT_THAT(message_of<InvalidArgumentError>([&] {
+                it.restore_state(std::vector<std::string>{w0_later, w1});
+              }),
               HasSubstr("worker 0 after 2 steps, worker 1 after 1 steps"));
-  EXPECT_THAT(message_of<InvalidArgumentError>([&] { it.restore_state(std::vector<std::string>{w1, w0}); }),
+  EXPECT_THAT(message_of<InvalidArgumentError>([&] {
+                it.restore_state(std::vector<std::string>{w1, w0});
+              }),
               HasSubstr("saved state 0 is worker 1's"));
   EXPECT_THAT(message_of<InvalidArgumentError>([&] { it.restore_state(std::vector<std::string>{w0}); }),
               HasSubstr("1 saved worker states for a pass saved by 2 workers"));
