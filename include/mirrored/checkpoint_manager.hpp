@@ -162,7 +162,9 @@ class CheckpointManager {
   /// variable the checkpoint has slots of. \throws InvalidArgumentError as the variable overload.
   template <class T>
   void track(const std::string& name, optimizers::Optimizer<T>& o);
-  /// Tracks `it`'s position (each worker's `save_state()`; restored with `restore_state`).
+  /// Tracks `it`'s position (each worker's `save_state()`; restored with `restore_state` of every
+  /// saved worker's state, so a checkpoint of another number of workers or replicas restores
+  /// where the iterator can resume there: see `DistributedIterator::restore_state`).
   /// \throws InvalidArgumentError as the variable overload.
   template <class E>
   void track(const std::string& name, DistributedIterator<E>& it);
@@ -195,14 +197,16 @@ class CheckpointManager {
   /// nullopt and changes nothing when there is none (an empty or missing directory: initialise).
   /// The whole file is loaded and checked first -- every tracked tensor present with its dtype and
   /// shape, no tensor that nothing tracked here stores (unless `options.expect_partial`), each
-  /// iterator saved by as many workers as this run has -- and only then is anything changed.
+  /// iterator saved by as many workers as this run has, or resumable on this run's placement
+  /// (`DistributedIterator::restore_state` of every worker's state) -- and only then is anything
+  /// changed.
   /// \throws InvalidArgumentError for a corrupt newest checkpoint (unless
   /// `fall_back_to_valid_checkpoint`), a checkpoint of another model (other dtypes or shapes, extra
-  /// names: the message lists them and names `expect_partial`), another worker count for an
-  /// iterator, or an iterator state its `restore_state` refuses; NotFoundError for a tensor the
-  /// checkpoint lacks; FailedPreconditionError inside `run`. Every message names the file. On any
-  /// error nothing tracked has changed (except that an optimizer may have made its slots, zeros, as
-  /// its first update would), nor has `unrestored()`.
+  /// names: the message lists them and names `expect_partial`), or an iterator state its
+  /// `restore_state` refuses (another placement for an iterator that cannot resume there); NotFoundError for a tensor
+  /// the checkpoint lacks; FailedPreconditionError inside `run`. Every message names the file. On any error nothing
+  /// tracked has changed (except that an optimizer may have made its slots, zeros, as its first update would), nor has
+  /// `unrestored()`.
   std::optional<int64_t> restore_or_initialize(RestoreOptions options = {});
 
   /// The names of the tensors of the checkpoint the last successful `restore_or_initialize`
@@ -225,9 +229,13 @@ class CheckpointManager {
   void add(const std::string& name, detail::CheckpointTrackable t);
   void add_variable(const std::string& name, const void* state, std::any handle, detail::CheckpointTrackable t);
   /// A generic per-worker state: `save_fn()` gives this worker's bytes, `restore_fn(bytes)` installs
-  /// them (and may throw InvalidArgumentError for a state it refuses).
+  /// them (and may throw InvalidArgumentError for a state it refuses). Without `restore_all` a
+  /// checkpoint saved by another number of workers is refused; with it, `restore_all(states)`
+  /// gets every saved worker's bytes (worker k's at index k) and decides (`restore_fn` then only
+  /// puts back the state of before when another object's restore fails).
   void track_state(const std::string& name, std::function<std::string()> save_fn,
-                   std::function<void(const std::string&)> restore_fn);
+                   std::function<void(const std::string&)> restore_fn,
+                   std::function<void(const std::vector<std::string>&)> restore_all = {});
   /// The name `name` of variable state `state` is tracked under, or nullptr.
   const std::string* tracked_variable_name(const void* state) const;
   /// Adds `t` to `out` as `name`. \throws InvalidArgumentError when `out` already has `name`
@@ -354,7 +362,8 @@ void CheckpointManager::track(const std::string& name, optimizers::Optimizer<T>&
 template <class E>
 void CheckpointManager::track(const std::string& name, DistributedIterator<E>& it) {
   track_state(
-      name, [&it] { return it.save_state(); }, [&it](const std::string& state) { it.restore_state(state); });
+      name, [&it] { return it.save_state(); }, [&it](const std::string& state) { it.restore_state(state); },
+      [&it](const std::vector<std::string>& states) { it.restore_state(states); });
 }
 
 }  // namespace mirrored::checkpoint

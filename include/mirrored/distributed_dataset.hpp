@@ -45,8 +45,10 @@ namespace mirrored {
 /// they would have been. The steps prepared by the background thread and not yet taken are part
 /// of the state (nothing prepared is lost or repeated); see `Dataset::Iterator` for what the
 /// pipeline's state holds. A state records the number of input workers, this worker's index,
-/// the local replicas and the replicas in sync, and the pipeline; restoring it anywhere else is
-/// refused.
+/// the local replicas and the replicas in sync, the pipeline and the steps taken in the pass;
+/// `restore_state(state)` refuses it anywhere else, and `restore_state(states)`, given every saved
+/// worker's state, resumes a DATA-sharded pass on another placement (other worker or replica
+/// counts) at the same global position.
 ///
 /// Several input workers (`MultiWorkerMirroredStrategy`): the workers end together, by TF's rule
 /// for uneven input. Each step (each call that takes one: `get_next`, `get_next_as_optional`,
@@ -73,11 +75,15 @@ class DistributedIterator {
 
   /// The next step, or nullopt at the end. \throws what the input pipeline threw.
   std::optional<PerReplica<E>> get_next_as_optional() {
+    std::optional<PerReplica<E>> step;
     if (fetched_) {
       fetched_ = false;
-      return std::exchange(current_, std::nullopt);
+      step = std::exchange(current_, std::nullopt);
+    } else {
+      step = pull();
     }
-    return pull();
+    if (step) ++taken_;
+    return step;
   }
   /// The next step. \throws OutOfRangeError ("End of sequence") at the end; what the input
   /// pipeline threw.
@@ -103,6 +109,7 @@ class DistributedIterator {
   /// \throws what the input pipeline threw.
   DistributedIterator& operator++() {
     fetch();
+    if (current_) ++taken_;
     fetched_ = false;
     current_.reset();
     return *this;
@@ -148,9 +155,15 @@ class DistributedIterator {
     const std::vector<uint64_t> counters = all_counters();
     w.u64(counters.size());
     for (uint64_t c : counters) w.u64(c);
+    w.u64(taken_);
     w.str(pass.take());
     return w.take();
   }
+
+  /// The steps taken in this pass so far (restored with the position): with
+  /// `experimental_distribute_dataset` under DATA sharding, the global batches consumed, the
+  /// same on every worker.
+  uint64_t steps_taken() const noexcept { return taken_; }
 
   /// Replaces this iterator's pass by the one `state` (from `save_state`) describes, and sets the
   /// pipelines' shuffle pass counters as they were (so restore into a freshly built dataset). A
@@ -164,12 +177,13 @@ class DistributedIterator {
     MIRRORED_ENFORCE(state_ != nullptr, FailedPreconditionError,
                      "DistributedIterator restore_state: default-constructed iterator");
     data::detail::StateReader r(state, "DistributedIterator restore_state");
-    data::detail::read_state_header(r, data::detail::StateKind::distributed);
+    const uint64_t version = data::detail::read_state_header(r, data::detail::StateKind::distributed);
     data::detail::check_placement(r, placement());
     const std::string saved = r.str();
     data::detail::check_same_pipeline(r, saved, describe());
     std::vector<uint64_t> counters(static_cast<std::size_t>(r.count(-1, 8, "pass counters")));
     for (uint64_t& c : counters) c = r.u64();
+    const uint64_t taken = version >= data::detail::kStateVersionWithSteps ? r.u64() : 0;
     const std::string pass = r.str();
     r.expect_end();
     data::detail::StateReader pr(pass, r.op());
@@ -180,7 +194,106 @@ class DistributedIterator {
     pr.check(!ended || n == 0, "steps to take after the workers agreed on the end");
     const bool active = pr.boolean();
     pr.check(!ended || !active, "an open pass after the workers agreed on the end");
+    if (!active) pr.expect_end();
+    install(counters, r, std::move(ready), ended, active ? &pr : nullptr, taken, state_->restore);
+  }
 
+  /// Resumes the pass that every worker of a saved job was in (`states[k]`: worker k's
+  /// `save_state`, as `CheckpointManager` keeps them) -- also on another placement: another
+  /// number of input workers or replicas per worker. On the placement of the save this is
+  /// `restore_state(states[worker_index])`, bitwise. Elsewhere the saved global position
+  /// (the global batches consumed, the same on every saved worker) carries over: the global
+  /// batches some saved worker had prepared but not every worker had taken are put together from
+  /// their slices and cut by this placement's split rule, the pipeline goes on from the
+  /// position of the saved worker that had read least far ahead, and so every element of the
+  /// pass is taken exactly once over the restart, in the global batches of the uninterrupted pass.
+  /// Only a dataset of `experimental_distribute_dataset` under DATA sharding (or with one worker on
+  /// both sides) resumes elsewhere: FILE, HINT and OFF sharding and
+  /// `distribute_datasets_from_function` keep a position per worker that no other placement's
+  /// follows from. A failure changes nothing.
+  /// \throws FailedPreconditionError for a default-constructed iterator; InvalidArgumentError
+  /// when the states are not every worker's of one pass at one step, when the placement differs
+  /// and the dataset is not resumable elsewhere (naming both placements and why), when the
+  /// pipelines differ, and as `restore_state(state)`.
+  void restore_state(const std::vector<std::string>& states) {
+    MIRRORED_ENFORCE(state_ != nullptr, FailedPreconditionError,
+                     "DistributedIterator restore_state: default-constructed iterator");
+    const std::string op = "DistributedIterator restore_state";
+    std::vector<data::detail::SavedIteratorState> saved;
+    for (const std::string& s : states) saved.push_back(data::detail::read_saved_state(s, op));
+    data::detail::check_saved_workers(saved, op);
+    const data::detail::IteratorPlacement here = placement(), there = saved[0].placement;
+    if (there.num_workers == here.num_workers && there.local_replicas == here.local_replicas) {
+      restore_state(states[static_cast<std::size_t>(here.worker_index)]);
+      return;
+    }
+    const std::string moving =
+        ::mirrored::detail::str_cat(op, ": saved on ", data::detail::describe_placement(there), ", restoring on ",
+                                    data::detail::describe_placement(here), ": ");
+    MIRRORED_ENFORCE(state_->not_resumable_elsewhere.empty(), InvalidArgumentError, moving,
+                     "the pass cannot resume on another placement: ", state_->not_resumable_elsewhere);
+    for (const data::detail::SavedIteratorState& one : saved)
+      MIRRORED_ENFORCE(one.pipeline == describe(), InvalidArgumentError, moving,
+                       "another placement resumes only the same pipeline, DATA-sharded on both sides; worker ",
+                       one.placement.worker_index, "'s state was saved from the pipeline ", one.pipeline,
+                       ", restoring into ", describe());
+    // Each saved worker's steps not yet taken (its slices of the next global batches), read onto
+    // the host: they come from other processes' devices.
+    const auto saved_replicas = static_cast<std::size_t>(there.local_replicas);
+    std::vector<data::detail::StateReader> passes;
+    passes.reserve(saved.size());
+    std::vector<std::vector<std::vector<E>>> queued(saved.size());
+    std::vector<bool> ended(saved.size()), active(saved.size());
+    std::size_t least = 0;  // the worker that had read least far ahead
+    for (std::size_t k = 0; k < saved.size(); ++k) {
+      data::detail::StateReader& pr = passes.emplace_back(saved[k].pass, op);
+      pr.read_to_host(true);
+      const uint64_t n = pr.count(-1, 8, "steps not yet taken");
+      for (uint64_t i = 0; i < n; ++i) queued[k].push_back(data::detail::read_step<E>(pr, saved_replicas));
+      pr.read_to_host(false);
+      ended[k] = pr.boolean();
+      active[k] = pr.boolean();
+      pr.check(!ended[k] || (n == 0 && !active[k]), "steps to take after the workers agreed on the end");
+      pr.check(ended[k] == ended[0], "workers that disagree on whether the pass has ended");
+      if (queued[k].size() < queued[least].size()) least = k;
+    }
+    // The global batches every saved worker had prepared its slices of, whole again, as this
+    // worker's steps.
+    std::vector<std::vector<E>> ready;
+    for (std::size_t j = 0; j < queued[least].size(); ++j) {
+      std::vector<data::detail::UntypedTensor> batch;
+      if (there.replicas_in_sync == 1) {
+        batch = data::detail::erase_element(queued[0][j][0]);
+      } else {
+        const std::size_t components = data::detail::element_dtypes<E>().size();
+        std::vector<std::vector<data::detail::UntypedTensor>> parts(components);
+        for (const auto& worker : queued)
+          for (const E& slice : worker[j]) {
+            std::vector<data::detail::UntypedTensor> c = data::detail::erase_element(slice);
+            for (std::size_t i = 0; i < components; ++i) parts[i].push_back(std::move(c[i]));
+          }
+        for (std::size_t i = 0; i < components; ++i) batch.push_back(data::detail::concat_rows(parts[i], i));
+      }
+      ready.push_back(state_->worker_step(batch));
+    }
+    data::detail::StateReader& from = passes[least];
+    if (!active[least]) from.expect_end();
+    install(saved[least].counters, from, std::move(ready), ended[least], active[least] ? &from : nullptr,
+            saved[least].steps_taken.value_or(0), state_->restore_regrouped);
+  }
+
+ private:
+  friend class DistributedDataset<E>;
+  using Steps = data::detail::Prefetcher<std::vector<E>>;
+  using Source = typename data::detail::DistributedState<E>::Source;
+  using Restore = std::function<Source(std::stop_token, data::detail::StateReader&)>;
+
+  // Replaces this pass by a restored one: the pipelines' pass counters `counters` (`r` names the
+  // operation in errors), the steps `ready` first, then, unless `pr` is null (the pass had
+  // ended), a source that `restore` reads from `pr`; `taken` steps taken so far.
+  void install(const std::vector<uint64_t>& counters, const data::detail::StateReader& r,
+               std::vector<std::vector<E>> ready, bool ended, data::detail::StateReader* pr, uint64_t taken,
+               const Restore& restore) {
     // The pass being replaced is paused until it is gone (its threads could open passes of a
     // shuffle, counting them, while the counters are set); one that has failed is simply gone.
     data::detail::StateWriter paused(true);
@@ -194,14 +307,12 @@ class DistributedIterator {
     set_all_counters(counters, r);
     DistributedIterator fresh;
     try {
-      Source source;
-      if (active) {
+      if (pr) {
         std::stop_source stop;  // the fresh pass's, when it gets a thread
-        source = state_->restore(state_->buffer_size > 0 ? stop.get_token() : std::stop_token{}, pr);
-        pr.expect_end();
+        Source source = restore(state_->buffer_size > 0 ? stop.get_token() : std::stop_token{}, *pr);
+        pr->expect_end();
         fresh = DistributedIterator(state_, std::move(source), std::move(ready), std::move(stop));
       } else {
-        pr.expect_end();
         fresh = DistributedIterator(state_, nullptr, std::move(ready), {});
         fresh.ended_ = ended;
       }
@@ -209,14 +320,10 @@ class DistributedIterator {
       set_all_counters(before, r);
       throw;
     }
+    fresh.taken_ = taken;
     *this = std::move(fresh);  // stops the old (paused) thread
     paused.forget();
   }
-
- private:
-  friend class DistributedDataset<E>;
-  using Steps = data::detail::Prefetcher<std::vector<E>>;
-  using Source = typename data::detail::DistributedState<E>::Source;
 
   explicit DistributedIterator(std::shared_ptr<const data::detail::DistributedState<E>> state)
       : state_(std::move(state)) {
@@ -359,6 +466,7 @@ class DistributedIterator {
   // last element, which its empty batches follow where the spec leaves dimensions unknown.
   mutable bool ended_ = false;
   mutable std::vector<Shape> seen_;
+  uint64_t taken_ = 0;  // steps taken in this pass
 };
 
 /// A dataset distributed over a strategy's replicas (TF's `tf.distribute.DistributedDataset`).

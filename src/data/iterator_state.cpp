@@ -18,7 +18,10 @@ namespace core = ::mirrored::detail;
 
 // The first bytes of every state: which format the rest is in.
 constexpr std::string_view kMagic = "mirrored.iterator_state";
-constexpr uint64_t kVersion = 1;
+// 2: a distributed iterator's state also records the steps taken in its pass (its global
+// position, what a restore on another placement checks the workers agree on); 1 is still read.
+constexpr uint64_t kVersion = kStateVersionWithSteps;
+constexpr uint64_t kOldestVersion = 1;
 // Dimensions are stored as int64; more than this many is corrupt state, not a tensor.
 constexpr uint64_t kMaxRank = 64;
 
@@ -153,7 +156,7 @@ UntypedTensor StateReader::tensor(DType dtype) {
   const unsigned char* p = take(n, "a tensor's data");
   UntypedTensor host = core::make_untyped(dtype, shape, cpu0);
   if (n) std::memcpy(host.data(), p, n);
-  return device == cpu0 ? host : on_device(host, device);
+  return device == cpu0 || to_host_ ? host : on_device(host, device);
 }
 
 void StateReader::expect_end() const {
@@ -182,7 +185,7 @@ void write_state_header(StateWriter& w, StateKind kind) {
   w.u8(static_cast<uint8_t>(kind));
 }
 
-void read_state_header(StateReader& r, StateKind kind) {
+uint64_t read_state_header(StateReader& r, StateKind kind) {
   // Not `str()`: a wrong length field in foreign bytes should read as "not an iterator state".
   const uint64_t n = r.u64();
   r.check(n == kMagic.size(), "it does not start with an iterator state's magic");
@@ -190,7 +193,8 @@ void read_state_header(StateReader& r, StateKind kind) {
   for (std::size_t i = 0; i < kMagic.size(); ++i) magic.push_back(static_cast<char>(r.u8()));
   r.check(magic == kMagic, "it does not start with an iterator state's magic");
   const uint64_t version = r.u64();
-  if (version != kVersion) r.corrupt(core::str_cat("format version ", version, ", this library reads ", kVersion));
+  if (version < kOldestVersion || version > kVersion)
+    r.corrupt(core::str_cat("format version ", version, ", this library reads ", kOldestVersion, " to ", kVersion));
   const uint8_t k = r.u8();
   if (k != static_cast<uint8_t>(kind)) {
     const auto name = [](uint8_t v) {
@@ -198,6 +202,7 @@ void read_state_header(StateReader& r, StateKind kind) {
     };
     r.corrupt(core::str_cat("it is the state of ", name(k), ", not of ", name(static_cast<uint8_t>(kind))));
   }
+  return version;
 }
 
 void check_same_pipeline(const StateReader& r, const std::string& saved, const std::string& current) {

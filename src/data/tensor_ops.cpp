@@ -73,6 +73,32 @@ UntypedTensor stack_rows(const std::vector<UntypedTensor>& items, std::size_t co
   return out;
 }
 
+UntypedTensor concat_rows(const std::vector<UntypedTensor>& parts, std::size_t component) {
+  MIRRORED_ENFORCE(!parts.empty(), InternalError, "concat_rows: nothing to concatenate");
+  const UntypedTensor& first = parts[0];
+  require_rows(first, "concat_rows");
+  const Shape tail(first.shape.begin() + 1, first.shape.end());
+  int64_t rows = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    require_rows(parts[i], "concat_rows");
+    MIRRORED_ENFORCE(parts[i].dtype == first.dtype && Shape(parts[i].shape.begin() + 1, parts[i].shape.end()) == tail,
+                     InvalidArgumentError, "concat_rows: component ", component, " of part ", i, " is ",
+                     dtype_name(parts[i].dtype), " of shape ", core::format_shape(parts[i].shape), ", part 0 is ",
+                     dtype_name(first.dtype), " of shape ", core::format_shape(first.shape));
+    rows += parts[i].shape[0];
+  }
+  Shape shape = first.shape;
+  shape[0] = rows;
+  UntypedTensor out = core::make_untyped(first.dtype, shape, cpu0);
+  auto* dst = static_cast<unsigned char*>(out.data());
+  for (const UntypedTensor& p : parts) {
+    const std::size_t n = p.bytes();
+    if (n) core::copy_between(dst, cpu0, p.data(), p.device(), n);
+    dst += n;
+  }
+  return out;
+}
+
 UntypedTensor empty_rows_like(const UntypedTensor& t, const Device& dst) {
   require_rows(t, "empty_rows_like");
   Shape shape = t.shape;

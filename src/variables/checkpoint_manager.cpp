@@ -170,7 +170,8 @@ void CheckpointManager::throw_untracked_slot(const std::string& optimizer, const
 }
 
 void CheckpointManager::track_state(const std::string& name, std::function<std::string()> save_fn,
-                                    std::function<void(const std::string&)> restore_fn) {
+                                    std::function<void(const std::string&)> restore_fn,
+                                    std::function<void(const std::vector<std::string>&)> restore_all) {
   const std::string count_key = name + "/num_workers";
   auto worker_key = [name](int64_t k) { return str_cat(name, "/worker_", k); };
   detail::CheckpointTrackable t;
@@ -188,12 +189,15 @@ void CheckpointManager::track_state(const std::string& name, std::function<std::
     for (std::size_t k = 0; k < all.size(); ++k)
       add_tensor(out, worker_key(static_cast<int64_t>(k)), mf::bytes_tensor(all[k]), owner);
   };
-  t.check = [this, name, count_key, worker_key](const Checkpoint& ckpt, std::set<std::string>& claimed) {
+  const bool elastic = static_cast<bool>(restore_all);
+  t.check = [this, name, count_key, worker_key, elastic](const Checkpoint& ckpt, std::set<std::string>& claimed) {
     ckpt.check(count_key, DType::int64, {});
     const int64_t saved = ckpt.get<int64_t>(count_key).item();
     const int workers = strategy_.extended().num_workers();
-    MIRRORED_ENFORCE(saved == workers, InvalidArgumentError, "checkpoint '", ckpt.path(), "': iterator '", name,
-                     "' was saved by ", saved, " worker(s), this run has ", workers,
+    // Another worker count restores where the iterator resumes elsewhere (it decides); a count
+    // below 1 is no checkpoint of workers, and each of them must have its state below.
+    MIRRORED_ENFORCE((elastic && saved >= 1) || saved == workers, InvalidArgumentError, "checkpoint '", ckpt.path(),
+                     "': iterator '", name, "' was saved by ", saved, " worker(s), this run has ", workers,
                      "; an iterator's position restores only with the same number of workers");
     claimed.insert(count_key);
     for (int64_t k = 0; k < saved; ++k) {
@@ -205,15 +209,27 @@ void CheckpointManager::track_state(const std::string& name, std::function<std::
       claimed.insert(key);
     }
   };
-  t.prepare = [this, name, save_fn, restore_fn, worker_key](const Checkpoint& ckpt) {
-    const detail::UntypedTensor& u = ckpt.at(worker_key(strategy_.extended().worker_index()));
-    std::string state(static_cast<const char*>(u.data()), u.bytes());
+  t.prepare = [this, name, save_fn, restore_fn, restore_all, worker_key, count_key](const Checkpoint& ckpt) {
+    const auto state_of = [&](int64_t k) {
+      const detail::UntypedTensor& u = ckpt.at(worker_key(k));
+      return std::string(static_cast<const char*>(u.data()), u.bytes());
+    };
+    std::vector<std::string> states;
+    if (restore_all) {
+      const int64_t saved = ckpt.get<int64_t>(count_key).item();
+      for (int64_t k = 0; k < saved; ++k) states.push_back(state_of(k));
+    } else {
+      states.push_back(state_of(strategy_.extended().worker_index()));
+    }
     std::string before = save_fn();
     std::string path = ckpt.path();
     detail::CheckpointRestoreStep step;
-    step.apply = [restore_fn, state = std::move(state), path = std::move(path), name] {
+    step.apply = [restore_fn, restore_all, states = std::move(states), path = std::move(path), name] {
       try {
-        restore_fn(state);
+        if (restore_all)
+          restore_all(states);
+        else
+          restore_fn(states[0]);
       } catch (const InvalidArgumentError& e) {
         throw InvalidArgumentError(str_cat("checkpoint '", path, "': iterator '", name, "': ", e.what()));
       }

@@ -119,6 +119,11 @@ UntypedTensor row_of(const UntypedTensor& t, int64_t i);
 /// \throws InvalidArgumentError when the shapes differ ("Cannot batch tensors with different
 /// shapes in component 0. First element had shape (2,) and element 1 had shape (3,).").
 UntypedTensor stack_rows(const std::vector<UntypedTensor>& items, std::size_t component);
+/// The rows of `parts`, one after the other, as one tensor on the host (the inverse of cutting a
+/// batch into slices). `component` only names the component in the error.
+/// \throws InvalidArgumentError for a rank-0 part, or parts whose dtypes or dimensions after the
+/// first differ.
+UntypedTensor concat_rows(const std::vector<UntypedTensor>& parts, std::size_t component);
 /// A tensor shaped like `t` but with 0 rows (an empty batch), on `dst`.
 /// \throws InvalidArgumentError for a rank-0 tensor.
 UntypedTensor empty_rows_like(const UntypedTensor& t, const Device& dst);

@@ -75,6 +75,14 @@ struct DistributedState {
   InputAgreement agreement;
   std::vector<Device> devices;
   bool fetch_to_device = true;
+  // Resuming a pass saved on another placement (`DistributedIterator::restore_state` of every
+  // saved worker's state). Set only when each worker's position follows from the global one
+  // (DATA sharding, or one worker): a source restored from a saved worker's state that goes on
+  // with the next global batch, and the step this worker takes from a global batch. Otherwise
+  // `not_resumable_elsewhere` says why not.
+  std::function<Source(std::stop_token, StateReader&)> restore_regrouped;
+  std::function<std::vector<E>(const std::vector<UntypedTensor>&)> worker_step;
+  std::string not_resumable_elsewhere;
 };
 
 /// \throws InvalidArgumentError for a negative buffer size, or PER_REPLICA when `from_function`
@@ -93,11 +101,32 @@ void write_placement(StateWriter& w, const IteratorPlacement& p);
 /// sides of every difference ("saved with 2 replicas in sync, restoring into 4").
 void check_placement(StateReader& r, const IteratorPlacement& current);
 
+/// "2 workers x 3 replicas".
+std::string describe_placement(const IteratorPlacement& p);
+
+/// A distributed iterator's saved state, read up to its pass (the part each source writes).
+struct SavedIteratorState {
+  IteratorPlacement placement;
+  std::string pipeline;                 // the distribution and the pipelines' description
+  std::vector<uint64_t> counters;       // the pipelines' shuffle pass counters
+  std::optional<uint64_t> steps_taken;  // in the pass (format version 2 on)
+  std::string pass;
+};
+/// Reads what `DistributedIterator::save_state` wrote. \throws InvalidArgumentError ("<op>:
+/// corrupt iterator state: ...") when the bytes are no such state.
+SavedIteratorState read_saved_state(const std::string& bytes, const std::string& op);
+/// Checks that `saved` are the states of every worker of one placement, worker k's at index k,
+/// all at the same step of their pass. \throws InvalidArgumentError naming what differs.
+void check_saved_workers(const std::vector<SavedIteratorState>& saved, const std::string& op);
+
 /// The auto-shard decision for one worker.
 struct ShardPlan {
   OpenContext ctx;              // file / hint sharding applied when the worker's pass is opened
   bool keep_own_slices = true;  // DATA: keep this worker's slices of every global batch
 };
+/// Empty when a pass of a worker sharded by `plan` resumes on another placement (DATA, or one
+/// worker); else why not (FILE, HINT, OFF: each worker's position is its own).
+std::string why_not_resumable_elsewhere(const ShardPlan& plan);
 /// Applies the dataset's `AutoShardPolicy` for worker `worker_index` of `num_workers` (one worker:
 /// nothing to shard). \throws InvalidArgumentError under FILE when the dataset reads no files or
 /// fewer files than there are workers.
@@ -155,6 +184,18 @@ DistributedDataset<E> distribute_dataset(const Dataset<E>& ds, std::vector<Devic
         pass.stop = std::move(stop);
         return RebatchSource<E>::restore(*node, pass, plan, r);
       };
+  state->not_resumable_elsewhere = why_not_resumable_elsewhere(shard);
+  if (state->not_resumable_elsewhere.empty()) {
+    state->restore_regrouped = [node, ctx = shard.ctx, plan](std::stop_token stop, StateReader& r) ->
+        typename DistributedState<E>::Source {
+          OpenContext pass = ctx;
+          pass.stop = std::move(stop);
+          return RebatchSource<E>::restore(*node, pass, plan, r, /*regroup=*/true);
+        };
+    state->worker_step = [plan](const std::vector<UntypedTensor>& batch) {
+      return RebatchSource<E>::worker_step(plan, batch);
+    };
+  }
   return DistributedDataset<E>(std::move(state));
 }
 
@@ -193,6 +234,10 @@ auto distribute_datasets_from_function(Fn& fn, std::vector<Device> devices, int 
       "distribute_datasets_from_function(replication_mode=", static_cast<int>(o.experimental_replication_mode),
       ", fetch_to_device=", o.experimental_fetch_to_device, ")");
   state->pipelines = nodes;
+  state->not_resumable_elsewhere =
+      "distribute_datasets_from_function: each worker's pipelines are what the function built for its "
+      "InputContext, so no position of theirs follows from another placement's (restore the model and "
+      "build the function's datasets from the global position instead: docs/fault_tolerance.md)";
   if (num_workers > 1) state->agreement = std::move(agreement);
   state->devices = devices;
   state->fetch_to_device = o.experimental_fetch_to_device;

@@ -66,7 +66,11 @@ class StateReader {
   uint64_t u64();
   int64_t i64() { return static_cast<int64_t>(u64()); }
   std::string str();
-  /// A tensor of `dtype` (anything else is corrupt state), on the device it was saved from.
+  /// Read tensors onto the host instead of the devices they were saved from (a state of another
+  /// worker, whose devices this process may lack).
+  void read_to_host(bool on) noexcept { to_host_ = on; }
+  /// A tensor of `dtype` (anything else is corrupt state), on the device it was saved from (or
+  /// the host, see `read_to_host`).
   /// \throws InvalidArgumentError for a wrong dtype, a bad shape or too few bytes; what placing
   /// it on its device throws (NotFoundError for a GPU this process lacks).
   UntypedTensor tensor(DType dtype);
@@ -88,6 +92,7 @@ class StateReader {
   std::string_view bytes_;
   std::size_t pos_ = 0;
   std::string op_;
+  bool to_host_ = false;
 };
 
 /// The demangled name of a type, for the errors of nodes and cursors without state support.
@@ -112,9 +117,13 @@ E read_element(StateReader& r) {
 
 /// The magic, format version and kind (dataset or distributed iterator) a state starts with.
 enum class StateKind : uint8_t { dataset = 1, distributed = 2 };
+/// The format version `write_state_header` writes (2: a distributed iterator's state records
+/// the steps taken in its pass).
+inline constexpr uint64_t kStateVersionWithSteps = 2;
 void write_state_header(StateWriter& w, StateKind kind);
-/// \throws InvalidArgumentError when the bytes are no iterator state of `kind`.
-void read_state_header(StateReader& r, StateKind kind);
+/// Returns the state's format version (1 or 2). \throws InvalidArgumentError when the bytes are no
+/// iterator state of `kind`.
+uint64_t read_state_header(StateReader& r, StateKind kind);
 /// \throws InvalidArgumentError naming both pipelines unless `saved == current`.
 void check_same_pipeline(const StateReader& r, const std::string& saved, const std::string& current);
 

@@ -75,18 +75,23 @@ class RebatchSource final : public StepSource<E> {
       : in_(std::move(in)), plan_(std::move(plan)), stop_(std::move(stop)) {}
 
   /// A source positioned by the state `save` wrote (`node` and `ctx` as the saved source's).
-  /// \throws InvalidArgumentError for corrupt state; what `node.restore` throws.
+  /// `regroup`: the state is another placement's (a DATA-sharded worker's, which holds no slices
+  /// between steps); the source goes on with the global batch after the saved position, cut for
+  /// `plan`. \throws InvalidArgumentError for corrupt state; what `node.restore` throws.
   static std::shared_ptr<RebatchSource> restore(const Node<E>& node, const OpenContext& ctx, SplitPlan plan,
-                                                StateReader& r) {
+                                                StateReader& r, bool regroup = false) {
     const bool done = r.boolean();
-    const int64_t next_group = r.i64(), last_group = r.i64();
-    r.check(next_group >= 0 && last_group >= -1 && last_group < plan.num_workers && next_group <= last_group + 1,
+    int64_t next_group = r.i64(), last_group = r.i64();
+    const int64_t saved_workers = regroup ? next_group + 1 : plan.num_workers;  // the groups need not fit `plan`
+    r.check(next_group >= 0 && last_group >= -1 && last_group < saved_workers && next_group <= last_group + 1,
             "a slice group outside the workers");
     std::vector<UntypedTensor> batch;
     if (r.boolean()) {
+      r.check(!regroup, "slices of a batch held between two steps of a DATA-sharded worker");
       for (DType d : element_dtypes<E>()) batch.push_back(r.tensor(d));
     }
     r.check(next_group > last_group || !batch.empty(), "slices to hand out without a batch");
+    if (regroup) next_group = 0, last_group = -1;
     auto source = std::make_shared<RebatchSource>(done ? nullptr : node.restore(ctx, r), std::move(plan), ctx.stop);
     source->done_ = done;
     source->next_group_ = static_cast<int>(next_group);
@@ -133,22 +138,39 @@ class RebatchSource final : public StepSource<E> {
       next_group_ = plan_.keep_own_slices ? plan_.worker_index : 0;
       last_group_ = plan_.keep_own_slices ? plan_.worker_index : plan_.num_workers - 1;
     }
-    const int group = next_group_++;
+    return cut(plan_, batch_, ranges_, next_group_++);
+  }
+
+  /// The step a DATA-sharded worker of `plan` takes from global batch `batch` (its own slices, or
+  /// the batch itself with one replica in sync). \throws InvalidArgumentError as `next_step`.
+  static std::vector<E> worker_step(const SplitPlan& plan, const std::vector<UntypedTensor>& batch) {
+    if (plan.pass_through) return {placed(plan, batch)};
+    const int n = plan.num_workers * static_cast<int>(plan.devices.size());
+    return cut(plan, batch, split_rows(plan.policy, check_splittable(batch, n), n), plan.worker_index);
+  }
+
+ private:
+  // Group `group` of `batch`'s slices (`ranges` in global replica order): one per local replica.
+  static std::vector<E> cut(const SplitPlan& plan, const std::vector<UntypedTensor>& batch,
+                            const std::vector<RowRange>& ranges, int group) {
+    const std::size_t replicas = plan.devices.size();
     std::vector<E> step;
-    step.reserve(plan_.devices.size());
-    for (int r = 0; r < replicas; ++r) {
-      const RowRange& range = ranges_[static_cast<std::size_t>(group * replicas + r)];
+    step.reserve(replicas);
+    for (std::size_t r = 0; r < replicas; ++r) {
+      const RowRange& range = ranges[static_cast<std::size_t>(group) * replicas + r];
       std::vector<UntypedTensor> parts;
-      parts.reserve(batch_.size());
-      for (const UntypedTensor& t : batch_) parts.push_back(slice_rows(t, range.first, range.second, target(t, r)));
+      parts.reserve(batch.size());
+      for (const UntypedTensor& t : batch)
+        parts.push_back(slice_rows(t, range.first, range.second, plan.fetch_to_device ? plan.devices[r] : t.device()));
       step.push_back(restore_element<E>(parts));
     }
     return step;
   }
-
- private:
-  const Device& target(const UntypedTensor& t, int r) const {
-    return plan_.fetch_to_device ? plan_.devices[static_cast<std::size_t>(r)] : t.device();
+  // One replica in sync: the element unsplit, on the replica's device when fetching to devices.
+  static E placed(const SplitPlan& plan, std::vector<UntypedTensor> parts) {
+    if (plan.fetch_to_device)
+      for (auto& p : parts) p = on_device(p, plan.devices[0]);
+    return restore_element<E>(parts);
   }
   std::optional<std::vector<E>> pass_through() {
     std::optional<E> e = in_->next();
@@ -157,9 +179,7 @@ class RebatchSource final : public StepSource<E> {
       return std::nullopt;
     }
     if (!plan_.fetch_to_device) return std::vector<E>{std::move(*e)};
-    std::vector<UntypedTensor> parts = erase_element(*e);
-    for (auto& p : parts) p = on_device(p, plan_.devices[0]);
-    return std::vector<E>{restore_element<E>(parts)};
+    return std::vector<E>{placed(plan_, erase_element(*e))};
   }
 
   std::unique_ptr<Cursor<E>> in_;
