@@ -18,11 +18,16 @@ foreach(_fault partition-both partition-in partition-out link-down stop kill)
   mirrored_bed_test(a_worker_${_name}_is_named_by_every_survivor ${_fault} 2)
   mirrored_bed_test(the_chief_${_name}_is_named_by_every_worker ${_fault} 0)
 endforeach()
-# Two hosts with two replicas each (the chief's partition and a worker's stop are the cases above
-# with one survivor).
-mirrored_bed_test(two_replica_hosts_a_worker_partition_both partition-both 1 --hosts 2 --replicas 2)
-mirrored_bed_test(two_replica_hosts_the_chief_stop stop 0 --hosts 2 --replicas 2)
-mirrored_bed_test(two_replica_hosts_a_worker_kill kill 1 --hosts 2 --replicas 2)
+# Two hosts with two replicas each: the same faults.
+foreach(_fault partition-both partition-in partition-out link-down stop kill)
+  string(REPLACE "-" "_" _name "${_fault}")
+  mirrored_bed_test(two_replica_hosts_a_worker_${_name} ${_fault} 1 --hosts 2 --replicas 2)
+  mirrored_bed_test(two_replica_hosts_the_chief_${_name} ${_fault} 0 --hosts 2 --replicas 2)
+endforeach()
+# Inside the uneven-input agreement: workers that only step a distributed dataset (each step is the
+# agreement on whether anyone still has input) lose a host; the error names get_next.
+mirrored_bed_test(a_host_lost_inside_the_uneven_input_agreement_is_named partition-both 2 --program agreement
+  --expect-log "DistributedIterator get_next: worker 2 \\(")
 # Two hosts with two workers each: shared memory within a host, TCP between them, every
 # collective's values exact (integer-valued data: the same sums as the TCP path).
 mirrored_bed_test(two_worker_hosts_share_memory_within_a_host_and_tcp_between_them none 0 --hosts 2

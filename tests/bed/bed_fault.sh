@@ -5,7 +5,7 @@
 # within the peer timeout + 2 s of the fault, all with the same cause. Prints one line per
 # survivor: "survivor <rank> <seconds after the fault> <exit status>: <the error>".
 #   bed_fault.sh BIN FAULT VICTIM [--hosts H] [--workers-per-host W] [--replicas R] [--peer-timeout S]
-#                                [--expect lost|pair|never-joined|none] [--heal-after S] [--program digits|big|collectives]
+#                                [--expect lost|pair|never-joined|none] [--heal-after S] [--program digits|big|collectives|agreement]
 #                                [--expect-log REGEX (every worker, or every survivor, logs a matching line)]
 #                                [--at-start 1 (the fault before the job starts: --expect never-joined)]
 #                                [--collective-timeout S (MIRRORED_COLLECTIVE_TIMEOUT_S, also the start-up's)]
@@ -95,6 +95,7 @@ for ((w = 0; w < workers; w++)); do
     digits) cmd=("$bin/train_digits" --strategy multi_worker --devices "$devices" --epochs 100000) ;;
     big) cmd=("$bin/tests/mirrored_mw_worker" big --replicas "$replicas" --step 2 --elements 400000 --timeout 600) ;;
     collectives) cmd=("$bin/tests/mirrored_mw_worker" collectives --replicas "$replicas" --timeout 60) ;;
+    agreement) cmd=("$bin/tests/mirrored_mw_worker" agreement_loop --replicas "$replicas" --timeout 600) ;;
     *) echo "bed_fault: unknown program $program" >&2; exit 2 ;;
   esac
   # The wrapper records the program's pid and its exit time (when its error was printed).

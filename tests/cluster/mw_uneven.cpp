@@ -219,4 +219,15 @@ int uneven_mismatch_scenario(const Args& a) {
   return g_failures ? 1 : 0;
 }
 
+// Steps of a distributed dataset and nothing else, until an error (a fault injected from outside,
+// tests/bed/bed_fault.sh --program agreement): each get_next is the workers' agreement on whether
+// any of them still has input, so a fault lands inside it.
+int agreement_loop_scenario(const Args& a) {
+  MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment(), cpus(a.replicas));
+  const int64_t n = s.num_replicas_in_sync();
+  const auto dist = s.experimental_distribute_dataset(data::range(2 * n).batch(2 * n).repeat());
+  auto it = dist.begin();
+  for (int64_t step = 0;; ++step) it.get_next();
+}
+
 }  // namespace mirrored::mw

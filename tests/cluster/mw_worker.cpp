@@ -11,6 +11,7 @@
 // (worker K kills itself at step N), stop (worker K stops itself), never_join (expects the start-up to fail),
 // leave_early (worker K leaves after N steps), checkpoint (mw_checkpoint.cpp; needs $MW_CHECKPOINT_DIR),
 // big (N all-reduces of --elements floats, each timed: slow links must not look like lost peers),
+// agreement_loop (mw_uneven.cpp: steps of a distributed dataset until a fault from outside ends them),
 // uneven (mw_uneven.cpp: uneven input ends together), uneven_failure (worker K's input pipeline throws at
 // step N), uneven_mismatch (worker 0 takes a step while the others all-reduce), hello (prints and exits).
 #include <signal.h>
@@ -679,6 +680,7 @@ int main(int argc, char** argv) {
     if (a.scenario == "uneven_failure") return uneven_failure_scenario(a);
     if (a.scenario == "uneven_mismatch") return uneven_mismatch_scenario(a);
     if (a.scenario == "big") return big(a);
+    if (a.scenario == "agreement_loop") return agreement_loop_scenario(a);
     if (a.scenario == "kill") return fault(a, true);
     if (a.scenario == "stop") return fault(a, false);
     if (a.scenario == "never_join") return never_join(a);

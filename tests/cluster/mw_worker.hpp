@@ -53,6 +53,8 @@ int checkpoint_scenario(const Args& a);
 int uneven_scenario(const Args& a);
 /// The scenario "uneven_failure" (mw_uneven.cpp): worker K's input pipeline throws at step N.
 int uneven_failure_scenario(const Args& a);
+/// The scenario "agreement_loop" (mw_uneven.cpp): steps of a distributed dataset until an error.
+int agreement_loop_scenario(const Args& a);
 /// The scenario "uneven_mismatch" (mw_uneven.cpp): worker 0 takes a step while the others all-reduce.
 int uneven_mismatch_scenario(const Args& a);
 
