@@ -1,15 +1,11 @@
 // Heartbeats between ring neighbours (peer_watch.hpp).
 #include "cluster/coordinator/peer_watch.hpp"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
+#include <string_view>
+#include <tuple>
 
 #include "mirrored/errors.hpp"
 
@@ -23,37 +19,6 @@ struct PeerWatch::Target {
   bool reported = false;
 };
 
-namespace {
-
-// The address of `host:port` for UDP. \throws InvalidArgumentError when it does not resolve.
-std::pair<sockaddr_storage, socklen_t> resolve_udp(const std::string& host, int port, int passive) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_DGRAM;
-  hints.ai_flags = passive;
-  addrinfo* res = nullptr;
-  const std::string service = std::to_string(port);
-  const int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
-  if (rc != 0 || !res)
-    throw InvalidArgumentError(
-        str_cat("peer heartbeats: the host '", host, "' does not resolve (", gai_strerror(rc), ")"));
-  std::pair<sockaddr_storage, socklen_t> out{};
-  std::memcpy(&out.first, res->ai_addr, res->ai_addrlen);
-  out.second = res->ai_addrlen;
-  ::freeaddrinfo(res);
-  return out;
-}
-
-int bound_port(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  return addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
-                                    : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-}
-
-}  // namespace
-
 std::vector<int> ring_neighbours(int rank, int n) {
   if (n < 2) return {};
   const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
@@ -61,22 +26,7 @@ std::vector<int> ring_neighbours(int rank, int n) {
   return {prev, next};
 }
 
-PeerWatch::PeerWatch(const std::string& host) {
-  // This worker's own address if it is one of this machine's; else (a name behind NAT, a
-  // container's published port) every address, as the store's listener does.
-  for (const std::string& h : {host, std::string()}) {
-    auto [addr, len] = resolve_udp(h, 0, AI_PASSIVE);
-    net::Fd fd(::socket(addr.ss_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!fd) continue;
-    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0) {
-      fd_ = std::move(fd);
-      port_ = bound_port(fd_.get());
-      return;
-    }
-  }
-  throw UnavailableError(
-      str_cat("peer heartbeats: no UDP socket could be bound on '", host, "': ", std::strerror(errno)));
-}
+PeerWatch::PeerWatch(const std::string& host) : fd_(net::datagram_socket_on(host)), port_(net::bound_port(fd_.get())) {}
 
 PeerWatch::~PeerWatch() { stop(); }
 
@@ -91,7 +41,7 @@ void PeerWatch::start(int rank, const std::vector<Peer>& peers, const std::strin
   for (const auto& p : peers) {
     Target t;
     t.rank = p.rank;
-    std::tie(t.addr, t.addr_len) = resolve_udp(p.host, p.port, 0);
+    std::tie(t.addr, t.addr_len) = net::datagram_address(p.host, p.port);
     t.last_heard = now;
     targets_.push_back(t);
   }

@@ -30,7 +30,8 @@ class PeerWatch {
   };
 
   /// Binds a UDP socket on `host` (this worker's address; every address when it is not one of
-  /// this machine's), any free port. \throws UnavailableError when no socket can be bound.
+  /// this machine's), any free port (net::datagram_socket_on). \throws UnavailableError when no
+  /// socket can be bound.
   explicit PeerWatch(const std::string& host);
   ~PeerWatch();
   PeerWatch(const PeerWatch&) = delete;

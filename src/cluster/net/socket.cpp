@@ -26,10 +26,10 @@ struct AddrInfoDeleter {
 };
 using AddrInfo = std::unique_ptr<addrinfo, AddrInfoDeleter>;
 
-AddrInfo resolve(const std::string& host, int port, bool passive) {
+AddrInfo resolve(const std::string& host, int port, bool passive, int socktype = SOCK_STREAM) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_socktype = socktype;
   hints.ai_flags = passive ? AI_PASSIVE : 0;
   addrinfo* out = nullptr;
   const std::string service = std::to_string(port);
@@ -138,26 +138,60 @@ Fd connect_until(const std::string& host, int port, Clock::time_point deadline, 
   throw DeadlineExceededError(str_cat("could not connect to ", who, " (", last_error, ")"));
 }
 
-Fd listen_on(const std::string& host, int port) {
-  auto try_bind = [&](const AddrInfo& addrs, int& err) -> Fd {
+namespace {
+
+// A socket of `socktype` bound to `host:port` (listening, for a stream), or to every address when
+// the name is not one of this machine's (NAT, a load balancer's name); `err` is the last errno.
+Fd bind_on(const std::string& host, int port, int socktype, int& err) {
+  auto try_bind = [&](const AddrInfo& addrs) -> Fd {
     for (addrinfo* a = addrs.get(); a; a = a->ai_next) {
       Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
       if (!fd) continue;
       int one = 1;
       setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-      if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd.get(), 1024) == 0) return fd;
+      if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) == 0 &&
+          (socktype != SOCK_STREAM || ::listen(fd.get(), 1024) == 0))
+        return fd;
       err = errno;
     }
     return Fd();
   };
-  int err = 0;
-  Fd fd = try_bind(resolve(host, port, false), err);
+  Fd fd = try_bind(resolve(host, port, false, socktype));
   if (!fd && err == EADDRNOTAVAIL) {
-    // The configured name is not an address of this machine (NAT, a load balancer's name):
-    // listen on every address instead.
     err = 0;
-    fd = try_bind(resolve("", port, true), err);
+    fd = try_bind(resolve("", port, true, socktype));
   }
+  return fd;
+}
+
+}  // namespace
+
+int bound_port(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                    : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+}
+
+Fd datagram_socket_on(const std::string& host) {
+  int err = 0;
+  Fd fd = bind_on(host, 0, SOCK_DGRAM, err);
+  if (!fd) throw UnavailableError(str_cat("cannot bind a UDP socket on ", host, ": ", std::strerror(err)));
+  return fd;
+}
+
+std::pair<sockaddr_storage, socklen_t> datagram_address(const std::string& host, int port) {
+  const AddrInfo addrs = resolve(host, port, false, SOCK_DGRAM);
+  std::pair<sockaddr_storage, socklen_t> out{};
+  std::memcpy(&out.first, addrs->ai_addr, addrs->ai_addrlen);
+  out.second = addrs->ai_addrlen;
+  return out;
+}
+
+Fd listen_on(const std::string& host, int port) {
+  int err = 0;
+  Fd fd = bind_on(host, port, SOCK_STREAM, err);
   if (!fd) {
     throw UnavailableError(str_cat("cannot listen on ", host, ":", port, ": ", std::strerror(err),
                                    err == EADDRINUSE ? " (is another job's chief still running on this port?)" : ""));

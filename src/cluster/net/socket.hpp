@@ -2,6 +2,8 @@
 // Private: the few TCP socket operations the store needs, each bounded by a deadline. Sends use
 // MSG_NOSIGNAL, so a peer that went away gives an error, never a SIGPIPE.
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstddef>
 #include <string>
@@ -47,6 +49,15 @@ Fd connect_until(const std::string& host, int port, Clock::time_point deadline, 
 /// A listening socket on `host:port` (the host's own address, or every address when it is not
 /// one of this machine's). \throws UnavailableError naming the address when the port is taken.
 Fd listen_on(const std::string& host, int port);
+
+/// A UDP socket bound to `host` (every address when it is not one of this machine's), any free
+/// port (`bound_port`), non-blocking. \throws UnavailableError when none can be bound;
+/// InvalidArgumentError when the host does not resolve.
+Fd datagram_socket_on(const std::string& host);
+/// The first address of `host:port` for UDP. \throws InvalidArgumentError when it does not resolve.
+std::pair<sockaddr_storage, socklen_t> datagram_address(const std::string& host, int port);
+/// The local port a socket is bound to.
+int bound_port(int fd);
 
 /// This machine's address (numeric) on the route to `host:port`: the address a connection to it
 /// would leave from, found without sending anything (a UDP socket's connect). \throws

@@ -114,11 +114,7 @@ struct StoreServer::Impl {
         last_seen(names.size(), Clock::now()),
         peer_timeout_s(peer_timeout_s_),
         watched(names.size(), 0) {
-    sockaddr_storage addr{};
-    socklen_t len = sizeof(addr);
-    getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len);
-    port = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
-                                      : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    port = net::bound_port(listener.get());
     int fds[2];
     if (::pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0)
       throw UnavailableError(str_cat("store server: pipe failed: ", std::strerror(errno)));
