@@ -86,7 +86,7 @@ Strategy::Strategy(std::vector<Device> devices, std::shared_ptr<CrossDeviceOps> 
       cross_device_ops_(cross_device_ops ? std::move(cross_device_ops) : detail::select_cross_device_ops(devices_)),
       rt_(std::make_unique<detail::StrategyRuntime>(static_cast<int>(devices_.size()), cross_device_ops_,
                                                     detail::env_positive("MIRRORED_COLLECTIVE_TIMEOUT_S", 1800.0),
-                                                    detail::env_positive("MIRRORED_STALL_WARN_S", 60.0))) {
+                                                    detail::stall_warn_seconds())) {
   contexts_.reserve(devices_.size());
   for (int r = 0; r < static_cast<int>(devices_.size()); ++r)
     contexts_.push_back(std::unique_ptr<ReplicaContext>(new ReplicaContext(*this, r)));

@@ -117,6 +117,7 @@ double env_number(const char* name, double fallback, bool zero_allowed) {
 
 double env_positive(const char* name, double fallback) { return env_number(name, fallback, false); }
 double env_non_negative(const char* name, double fallback) { return env_number(name, fallback, true); }
+double stall_warn_seconds() { return env_positive("MIRRORED_STALL_WARN_S", 60.0); }
 
 }  // namespace detail
 }  // namespace mirrored

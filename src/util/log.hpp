@@ -21,6 +21,9 @@ void log_message(LogLevel level, const std::string& message);
 double env_positive(const char* name, double fallback);
 /// Like `env_positive`, but 0 is a valid value (e.g. a cache size: 0 disables the cache).
 double env_non_negative(const char* name, double fallback);
+/// MIRRORED_STALL_WARN_S (default 60): how long a wait goes on before it warns, within one process
+/// (the replicas' rendezvous) and across workers (a collective, the start-up).
+double stall_warn_seconds();
 
 }  // namespace mirrored::detail
 
