@@ -20,6 +20,12 @@ struct WorkerInfo {
   long pid = 0;
   std::string heartbeat_host;  // where its ring-neighbour heartbeats are received
   int heartbeat_port = 0;      // their UDP port (0: none)
+  /// Where this worker can share memory: its kernel instance and IPC namespace ("" when it did
+  /// not publish them: it shares memory with nobody). Workers with the same non-empty domain map
+  /// one segment.
+  std::string shared_memory_domain() const {
+    return boot_id.empty() || ipc_namespace.empty() ? std::string() : boot_id + "/" + ipc_namespace;
+  }
   std::string encode() const;
   static WorkerInfo decode(const std::string& text);
 };

@@ -265,8 +265,7 @@ std::unique_ptr<WorkerTransport> make_shm_transport_if_same_host(const Transport
   if (shared_memory_disabled()) return nullptr;
   const auto& infos = job.workers;
   for (const auto& w : infos) {
-    if (w.boot_id.empty() || w.ipc_namespace.empty() || w.boot_id != infos[0].boot_id ||
-        w.ipc_namespace != infos[0].ipc_namespace)
+    if (w.shared_memory_domain().empty() || w.shared_memory_domain() != infos[0].shared_memory_domain())
       return nullptr;  // not all on this host (in this IPC namespace): every worker decides so
   }
   const int workers = job.num_workers();

@@ -23,9 +23,8 @@ std::vector<std::vector<int>> hosts_of(const std::vector<WorkerInfo>& workers) {
   for (int w = 0; w < static_cast<int>(workers.size()); ++w) {
     const auto& info = workers[static_cast<std::size_t>(w)];
     // A worker that published no kernel instance shares memory with nobody.
-    const std::string key = info.boot_id.empty() || info.ipc_namespace.empty()
-                                ? "worker " + std::to_string(w)
-                                : info.boot_id + "/" + info.ipc_namespace;
+    const std::string domain = info.shared_memory_domain();
+    const std::string key = domain.empty() ? "worker " + std::to_string(w) : domain;
     auto [it, fresh] = index.emplace(key, hosts.size());
     if (fresh) hosts.emplace_back();
     hosts[it->second].push_back(w);
