@@ -296,11 +296,15 @@ class Strategy {
   void record_failure(int replica, std::exception_ptr error) noexcept;
   template <class V>
   void check_components(const char* op, const V& value) const;
+  // Throws InvalidArgumentError naming `op` unless a distributed value of `count` components fits.
+  void check_component_count(const char* op, std::size_t count) const;
   template <class R, class X>
   auto reduce_values(ReduceOp op, const std::vector<X>& values, std::optional<int> axis);
 
+  // Reduces the replicas' leaves (`leaves[r]`, `structures[r]`), first converted to `as` when given.
   std::vector<detail::UntypedTensor> reduce_flat(ReduceOp op, std::vector<std::vector<detail::UntypedTensor>>& leaves,
-                                                 const std::vector<std::string>& structures, std::optional<int> axis);
+                                                 const std::vector<std::string>& structures, std::optional<int> axis,
+                                                 std::optional<DType> as);
   detail::UntypedTensor gather_flat(const std::vector<detail::UntypedTensor>& parts, int axis) const;
 
   std::vector<Device> devices_;  // this process's replicas
@@ -330,10 +334,7 @@ ReplicaContext* get_replica_context();
 
 template <class V>
 void Strategy::check_components(const char* op, const V& value) const {
-  if constexpr (is_distributed_v<V>) {
-    MIRRORED_ENFORCE(value.size() == devices_.size(), InvalidArgumentError, op, ": a distributed value with ",
-                     value.size(), " components cannot be used with ", name(), " of ", devices_.size(), " replicas");
-  }
+  if constexpr (is_distributed_v<V>) check_component_count(op, value.size());
 }
 
 template <class Fn, class... Args>
@@ -378,13 +379,10 @@ auto Strategy::reduce_values(ReduceOp op, const std::vector<X>& values, std::opt
   }
   std::vector<std::vector<detail::UntypedTensor>> leaves(values.size());
   std::vector<std::string> structures(values.size());
-  for (std::size_t r = 0; r < values.size(); ++r) {
-    detail::flatten(values[r], leaves[r], structures[r]);
-    if constexpr (!std::is_void_v<R>) {
-      for (auto& leaf : leaves[r]) leaf = detail::cast_untyped(leaf, dtype_of<R>());
-    }
-  }
-  std::vector<detail::UntypedTensor> out = reduce_flat(op, leaves, structures, axis);
+  for (std::size_t r = 0; r < values.size(); ++r) detail::flatten(values[r], leaves[r], structures[r]);
+  std::optional<DType> as;
+  if constexpr (!std::is_void_v<R>) as = dtype_of<R>();
+  std::vector<detail::UntypedTensor> out = reduce_flat(op, leaves, structures, axis, as);
   std::size_t i = 0;
   return detail::unflatten<Out>(values[0], out, i);
 }
