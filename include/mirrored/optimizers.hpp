@@ -273,4 +273,18 @@ class Adagrad : public FormulaOptimizer<T> {
   AdagradOptions o_;
 };
 
+// Compiled for float and double in src/variables/optimizers.cpp (their vtables and members).
+extern template class FormulaOptimizer<float>;
+extern template class FormulaOptimizer<double>;
+extern template class SGD<float>;
+extern template class SGD<double>;
+extern template class Adam<float>;
+extern template class Adam<double>;
+extern template class AdamW<float>;
+extern template class AdamW<double>;
+extern template class RMSprop<float>;
+extern template class RMSprop<double>;
+extern template class Adagrad<float>;
+extern template class Adagrad<double>;
+
 }  // namespace mirrored::optimizers
