@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mirrored/detail/device_backend.hpp"
+#include "mirrored/detail/optimizer_formulas.hpp"
 #include "mirrored/detail/optimizer_step.hpp"
 #include "mirrored/optimizer.hpp"
 #include "mirrored/optimizers.hpp"
@@ -281,6 +282,29 @@ void Optimizer<T>::apply_gradients(const GradsAndVars<T>& grads_and_vars, bool s
   const int64_t step = counter.get(r).item() + 1;
   for (std::size_t i = 0; i < vars.size(); ++i) apply_to_copy(vars[i], r, grads[i], step);
   detail::VariableAccess::set_component(*iterations, r, Tensor<int64_t>::scalar(step, counter.get(r).device()));
+}
+
+template <class T>
+std::vector<std::string> FormulaOptimizer<T>::slot_names() const {
+  const detail::OptimizerUpdate u = parameters();
+  std::vector<std::string> names;
+  for (int k = 0; k < detail::optimizer_slot_count(u.kind); ++k) names.emplace_back(detail::optimizer_slot_name(u.kind, k));
+  return names;
+}
+
+template <class T>
+double FormulaOptimizer<T>::initial_slot_value(std::size_t k) const {
+  return detail::optimizer_slot_initial(parameters(), static_cast<int>(k));
+}
+
+template <class T>
+void FormulaOptimizer<T>::update(T* w, const T* g, std::vector<T*>& slots, int64_t n, int64_t step) {
+  detail::UpdateSegment segment;
+  segment.param = w;
+  segment.grad = g;
+  segment.count = n;
+  for (std::size_t k = 0; k < slots.size() && k < std::size(segment.slot); ++k) segment.slot[k] = slots[k];
+  detail::apply_formula_on_host(dtype_of<T>(), parameters(), segment, step);
 }
 
 template class Optimizer<float>;

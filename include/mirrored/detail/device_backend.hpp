@@ -13,7 +13,7 @@
 
 #include "mirrored/deadline.hpp"
 #include "mirrored/detail/binary_op.hpp"
-#include "mirrored/detail/optimizer_formulas.hpp"
+#include "mirrored/detail/optimizer_update.hpp"
 #include "mirrored/device.hpp"
 #include "mirrored/dtype.hpp"
 
