@@ -288,7 +288,8 @@ template <class T>
 std::vector<std::string> FormulaOptimizer<T>::slot_names() const {
   const detail::OptimizerUpdate u = parameters();
   std::vector<std::string> names;
-  for (int k = 0; k < detail::optimizer_slot_count(u.kind); ++k) names.emplace_back(detail::optimizer_slot_name(u.kind, k));
+  for (int k = 0; k < detail::optimizer_slot_count(u.kind); ++k)
+    names.emplace_back(detail::optimizer_slot_name(u.kind, k));
   return names;
 }
 

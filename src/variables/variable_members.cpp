@@ -88,7 +88,8 @@ Tensor<T> Variable<T>::value() const {
   if (state_->sharded) {
     MIRRORED_ENFORCE(!place.replica_context, FailedPreconditionError, "Variable '", state_->name,
                      "' is sharded across the replicas (each holds a slice); read it whole in cross-replica context, "
-                     "not on replica ", place.replica, " inside run");
+                     "not on replica ",
+                     place.replica, " inside run");
     return sharded_read();
   }
   if (place.replica_context) return state_->get(static_cast<std::size_t>(place.replica));
@@ -242,7 +243,7 @@ Tensor<T> Variable<T>::write_tensor(Op op, const char* name, const Tensor<T>& v)
 
 template <class T>
 Variable<T> detail::VariableAccess::sharded_full(Strategy& strategy, const Shape& shape, T value,
-                                                const VariableOptions& o) {
+                                                 const VariableOptions& o) {
   auto make = [&](Strategy& s) {
     auto st = std::make_shared<VariableState<T>>();
     st->name = o.name;
@@ -322,8 +323,8 @@ std::string Variable<T>::to_string() const {
   return out + "}";
 }
 
-#define MIRRORED_INSTANTIATE_VARIABLE(T)                                                                \
-  template class Variable<T>;                                                                            \
+#define MIRRORED_INSTANTIATE_VARIABLE(T) \
+  template class Variable<T>;            \
   template Variable<T> detail::VariableAccess::sharded_full<T>(Strategy&, const Shape&, T, const VariableOptions&);
 MIRRORED_INSTANTIATE_VARIABLE(float)
 MIRRORED_INSTANTIATE_VARIABLE(double)
