@@ -21,6 +21,9 @@ concept Streamable = requires(std::ostream& os, const X& x) {
   os << x;
 };
 
+/// Writes `text` to `os` (compiled: a printing operator's caller needs no <ostream>).
+std::ostream& write_text(std::ostream& os, const std::string& text);
+
 /// Joins element reprs Python-style: on one line when short, else one element per line.
 std::string join_repr(const std::vector<std::string>& parts, const char* open, const char* close);
 

@@ -5,10 +5,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <ostream>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -205,7 +205,7 @@ class Variable {
   /// `<Variable 'Variable:0' shape=() dtype=float32, value=1.0>`, or for distributed variables
   /// `MirroredVariable:{\n  0: <Variable 'Variable:0' …>,\n  1: <Variable 'Variable/replica_1:0' …>\n}`
   /// (`SyncOnReadVariable:{…}` for sync-on-read).
-  friend std::ostream& operator<<(std::ostream& os, const Variable& v) { return os << v.to_string(); }
+  friend std::ostream& operator<<(std::ostream& os, const Variable& v) { return detail::write_text(os, v.to_string()); }
 
  private:
   friend struct detail::VariableAccess;

@@ -164,6 +164,8 @@ std::string join_distributed(const char* name, const std::vector<std::string>& i
   return out + "}";
 }
 
+std::ostream& write_text(std::ostream& os, const std::string& text) { return os << text; }
+
 std::ostream& print_distributed(std::ostream& os, const char* name, const std::vector<std::string>& items) {
   return os << join_distributed(name, items);
 }
