@@ -13,7 +13,8 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <mirrored/communication_options.hpp>
+
+#include "common/distribution_flags.hpp"
 
 namespace examples {
 
@@ -75,19 +76,6 @@ inline CLI::Validator in_existing_directory() {
     return dir.empty() || std::filesystem::is_directory(dir, ec);
   });
 }
-
-/// The flags of an example that runs on several workers and records timelines: --strategy,
-/// --compression (how gradients cross workers) and --timeline (see `add_distribution_flags`).
-struct DistributionFlags {
-  std::string strategy = "mirrored";  ///< "mirrored" or "multi_worker" (examples::make_strategy)
-  std::string compression = "none";   ///< "none", "fp16" or "bf16"
-  std::string timeline;               ///< a JSON file for mirrored::timeline, or empty
-  mirrored::Compression compression_kind() const {
-    return compression == "fp16"   ? mirrored::Compression::FP16
-           : compression == "bf16" ? mirrored::Compression::BF16
-                                   : mirrored::Compression::NONE;
-  }
-};
 
 /// `text (default: value)`, for --help.
 template <class V>

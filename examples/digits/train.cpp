@@ -2,7 +2,10 @@
 #include "digits/train.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstring>
+#include <memory>
 #include <optional>
 
 #include <mirrored/checkpoint_manager.hpp>

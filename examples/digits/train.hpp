@@ -11,19 +11,14 @@
 // all-reduces them (SUM), so every replica applies the gradient of the global batch's mean loss.
 // Only the order of the sums differs between replica counts.
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include <mirrored/mirrored.hpp>
 
 #include "digits_data.hpp"
-#include "mlp.hpp"
 
 namespace digits {
 

@@ -7,7 +7,6 @@
 /// transports and the device. No layer turns it back into a fresh timeout, so the whole call is
 /// bounded by its timeout (plus the documented `kCollectiveGraceSeconds` for learning why).
 
-#include <algorithm>
 #include <chrono>
 
 namespace mirrored {
@@ -19,7 +18,8 @@ class Deadline {
   /// `seconds` from now. Huge or infinite timeouts are capped (~32 years) so that the addition
   /// cannot overflow the clock into the past; negative ones mean "now".
   static Deadline after(double seconds) noexcept {
-    const double s = std::clamp(seconds, 0.0, kMaxSeconds);
+    // As std::clamp(seconds, 0.0, kMaxSeconds), without <algorithm> in every user's translation unit.
+    const double s = seconds < 0.0 ? 0.0 : (kMaxSeconds < seconds ? kMaxSeconds : seconds);
     const Clock::time_point now = Clock::now();
     return Deadline(now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)), s, now);
   }
@@ -28,7 +28,8 @@ class Deadline {
   Clock::time_point time_point() const noexcept { return at_; }
   /// Seconds left (0 once past).
   double seconds_left() const noexcept {
-    return std::max(0.0, std::chrono::duration<double>(at_ - Clock::now()).count());
+    const double left = std::chrono::duration<double>(at_ - Clock::now()).count();
+    return 0.0 < left ? left : 0.0;  // std::max(0.0, left)
   }
   bool expired() const noexcept { return Clock::now() >= at_; }
   /// The timeout this deadline was made from, for messages ("within 2 s"); never for waiting.

@@ -3,7 +3,7 @@
 /// Device names: parsing, canonical forms and discovery.
 
 #include <cstdint>
-#include <ostream>
+#include <iosfwd>
 #include <string>
 #include <string_view>
 #include <vector>

@@ -513,19 +513,20 @@ inline data::detail::InputAgreement input_agreement(Strategy& strategy) {
             if (!alive.expired()) input_failed(*s, error);
           }};
 }
-}  // namespace detail
 
 template <class E>
-DistributedDataset<E> Strategy::experimental_distribute_dataset(data::Dataset<E> ds, InputOptions o) {
-  return data::detail::distribute_dataset(ds, extended().worker_devices(), extended().num_workers(),
-                                          extended().worker_index(), o, detail::input_agreement(*this));
+DistributedDataset<E> distribute_dataset_of(Strategy& strategy, data::Dataset<E> ds, InputOptions o) {
+  StrategyExtended& x = strategy.extended();
+  return data::detail::distribute_dataset(ds, x.worker_devices(), x.num_workers(), x.worker_index(), o,
+                                          input_agreement(strategy));
 }
 
 template <class Fn>
-auto Strategy::distribute_datasets_from_function(Fn dataset_fn, InputOptions o) {
-  return data::detail::distribute_datasets_from_function(dataset_fn, extended().worker_devices(),
-                                                         extended().num_workers(), extended().worker_index(), o,
-                                                         detail::input_agreement(*this));
+auto datasets_from_function_of(Strategy& strategy, Fn& dataset_fn, InputOptions o) {
+  StrategyExtended& x = strategy.extended();
+  return data::detail::distribute_datasets_from_function(dataset_fn, x.worker_devices(), x.num_workers(),
+                                                         x.worker_index(), o, input_agreement(strategy));
 }
+}  // namespace detail
 
 }  // namespace mirrored

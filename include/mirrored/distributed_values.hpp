@@ -3,7 +3,7 @@
 /// Distributed values: one component per replica, in replica order.
 
 #include <cstddef>
-#include <ostream>
+#include <iosfwd>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,19 +14,16 @@
 namespace mirrored {
 
 namespace detail {
-/// `Name:{\n  0: <v0>,\n  1: <v1>\n}`
+/// `Name:{\n  0: <v0>,\n  1: <v1>\n}` from the components' printed forms (`items`).
+std::string join_distributed(const char* name, const std::vector<std::string>& items);
+/// Writes `name`'s printed form of `items` (as `join_distributed`) to `os`.
+std::ostream& print_distributed(std::ostream& os, const char* name, const std::vector<std::string>& items);
+/// The components' printed forms (`repr`).
 template <class T>
-std::string format_distributed(const char* name, const std::vector<T>& values) {
-  std::string out = std::string(name) + ":{\n";
-  for (std::size_t r = 0; r < values.size(); ++r) {
-    std::string item = repr(values[r]);
-    // Continuation lines of a multi-line component stay inside the braces.
-    for (std::size_t pos = item.find('\n'); pos != std::string::npos; pos = item.find('\n', pos + 3))
-      item.replace(pos, 1, "\n  ");
-    out += "  " + std::to_string(r) + ": " + item;
-    out += r + 1 < values.size() ? ",\n" : "\n";
-  }
-  return out + "}";
+std::vector<std::string> component_reprs(const std::vector<T>& values) {
+  std::vector<std::string> items(values.size());
+  for (std::size_t r = 0; r < values.size(); ++r) items[r] = repr(values[r]);
+  return items;
 }
 }  // namespace detail
 
@@ -51,7 +48,7 @@ class PerReplica {
   const std::vector<T>& values() const noexcept { return values_; }
 
   friend std::ostream& operator<<(std::ostream& os, const PerReplica& v) {
-    return os << detail::format_distributed("PerReplica", v.values_);
+    return detail::print_distributed(os, "PerReplica", detail::component_reprs(v.values_));
   }
 
  private:
@@ -77,7 +74,7 @@ class Mirrored {
   const std::vector<T>& values() const noexcept { return values_; }
 
   friend std::ostream& operator<<(std::ostream& os, const Mirrored& v) {
-    return os << detail::format_distributed("Mirrored", v.values_);
+    return detail::print_distributed(os, "Mirrored", detail::component_reprs(v.values_));
   }
 
  private:

@@ -24,7 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "mirrored/detail/device_backend.hpp"
 #include "mirrored/detail/dlpack_devices.hpp"
+#include "mirrored/detail/format.hpp"
 #include "mirrored/detail/untyped_tensor.hpp"
 #include "mirrored/device.hpp"
 #include "mirrored/dtype.hpp"

@@ -5,6 +5,7 @@
 
 #include <Eigen/Core>
 
+#include "mirrored/detail/format.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/tensor.hpp"
 

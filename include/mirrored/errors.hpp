@@ -3,9 +3,12 @@
 /// Typed errors mirroring TensorFlow's status codes. Every error the library throws derives from
 /// `mirrored::Error`; callers can catch a specific subclass or the base and inspect `code()`.
 
-#include <sstream>
+#include <iosfwd>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "mirrored/config.hpp"
@@ -72,12 +75,65 @@ MIRRORED_DEFINE_ERROR(InternalError, INTERNAL)
 
 namespace detail {
 
+/// Builds a message from parts formatted exactly as one `std::ostringstream` formats them. The
+/// stream lives in the compiled library: a message costs its caller one call per part rather than
+/// the stream's inline code, and this header does not need <sstream>.
+class MessageBuilder {
+ public:
+  MessageBuilder();
+  ~MessageBuilder();
+  MessageBuilder(const MessageBuilder&) = delete;
+  MessageBuilder& operator=(const MessageBuilder&) = delete;
+
+  void append(std::string_view text);
+  void append(char c);
+  void append(signed char c);
+  void append(unsigned char c);
+  void append(bool b);
+  void append(short v);
+  void append(unsigned short v);
+  void append(int v);
+  void append(long v);
+  void append(long long v);
+  void append(unsigned v);
+  void append(unsigned long v);
+  void append(unsigned long long v);
+  void append(double v);
+  void append(long double v);
+  void append(const void* p);
+  /// The stream itself, for parts of other types: they are written with their `operator<<` (whose
+  /// declaration, and <ostream>, the caller provides).
+  std::ostream& stream();
+  /// What has been written so far.
+  std::string str() const;
+
+ private:
+  std::unique_ptr<std::ostringstream> os_;
+};
+
+/// Writes one part of a message as `std::ostream`'s `operator<<` does.
+template <class P>
+void append_part(MessageBuilder& b, const P& part) {
+  if constexpr (std::is_convertible_v<const P&, std::string_view>) {
+    b.append(std::string_view(part));
+  } else if constexpr (std::is_arithmetic_v<P> && !std::is_same_v<P, float> && !std::is_same_v<P, wchar_t> &&
+                       !std::is_same_v<P, char8_t> && !std::is_same_v<P, char16_t> && !std::is_same_v<P, char32_t>) {
+    b.append(part);  // an overload of exactly P: every other arithmetic type
+  } else if constexpr (std::is_same_v<P, float>) {
+    b.append(static_cast<double>(part));  // as std::ostream writes a float
+  } else if constexpr (std::is_pointer_v<P> && !std::is_function_v<std::remove_pointer_t<P>>) {
+    b.append(static_cast<const void*>(part));
+  } else {
+    b.stream() << part;
+  }
+}
+
 /// Concatenates streamable parts into one string (used to build error messages).
 template <class... Parts>
 std::string str_cat(const Parts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
+  MessageBuilder b;
+  (append_part(b, parts), ...);
+  return b.str();
 }
 
 }  // namespace detail

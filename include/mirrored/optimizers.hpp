@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "mirrored/detail/optimizer_formulas.hpp"
+#include "mirrored/detail/optimizer_update.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/optimizer.hpp"
 
@@ -37,24 +37,10 @@ class FormulaOptimizer : public Optimizer<T> {
   /// The kind and hyperparameters.
   virtual detail::OptimizerUpdate parameters() const noexcept = 0;
 
-  std::vector<std::string> slot_names() const override {
-    const detail::OptimizerUpdate u = parameters();
-    std::vector<std::string> names;
-    for (int k = 0; k < detail::optimizer_slot_count(u.kind); ++k)
-      names.emplace_back(detail::optimizer_slot_name(u.kind, k));
-    return names;
-  }
-  double initial_slot_value(std::size_t k) const override {
-    return detail::optimizer_slot_initial(parameters(), static_cast<int>(k));
-  }
-  void update(T* w, const T* g, std::vector<T*>& slots, int64_t n, int64_t step) override {
-    detail::UpdateSegment segment;
-    segment.param = w;
-    segment.grad = g;
-    segment.count = n;
-    for (std::size_t k = 0; k < slots.size() && k < std::size(segment.slot); ++k) segment.slot[k] = slots[k];
-    detail::apply_formula_on_host(dtype_of<T>(), parameters(), segment, step);
-  }
+  // From the kind's formula (compiled with the class, src/variables/optimizers.cpp).
+  std::vector<std::string> slot_names() const override;
+  double initial_slot_value(std::size_t k) const override;
+  void update(T* w, const T* g, std::vector<T*>& slots, int64_t n, int64_t step) override;
   // Not parameters() itself: a subclass may decline the fused path, and the per-variable one still runs.
   std::optional<detail::OptimizerUpdate> fused_update() const override { return parameters(); }
 };
@@ -272,5 +258,19 @@ class Adagrad : public FormulaOptimizer<T> {
  private:
   AdagradOptions o_;
 };
+
+// Compiled for float and double in src/variables/optimizers.cpp (their vtables and members).
+extern template class FormulaOptimizer<float>;
+extern template class FormulaOptimizer<double>;
+extern template class SGD<float>;
+extern template class SGD<double>;
+extern template class Adam<float>;
+extern template class Adam<double>;
+extern template class AdamW<float>;
+extern template class AdamW<double>;
+extern template class RMSprop<float>;
+extern template class RMSprop<double>;
+extern template class Adagrad<float>;
+extern template class Adagrad<double>;
 
 }  // namespace mirrored::optimizers

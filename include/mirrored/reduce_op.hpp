@@ -2,7 +2,7 @@
 /// \file
 /// Reduction operators for `reduce` and `all_reduce`.
 
-#include <ostream>
+#include <iosfwd>
 #include <string_view>
 
 namespace mirrored {

@@ -142,10 +142,10 @@ class ReplicaContext {
   // The call's one deadline: `options.timeout_seconds` (else the strategy's) from now, once the
   // options are checked (a positive timeout, a pack size >= 0).
   Deadline deadline(const CommunicationOptions& options) const;
-  // Joins a collective and validates that every replica posted matching leaves.
-  void all_reduce_flat(ReduceOp op, const std::vector<detail::UntypedTensor>& in,
-                       const std::vector<detail::UntypedTensor>& out, const std::string& structure,
-                       const CommunicationOptions& options);
+  // Joins a collective and validates that every replica posted matching leaves; returns the
+  // reduction of each leaf of `in`, in new tensors.
+  std::vector<detail::UntypedTensor> all_reduce_flat(ReduceOp op, const std::vector<detail::UntypedTensor>& in,
+                                                     const std::string& structure, const CommunicationOptions& options);
   // The synchronous reduce-scatter of `in`: this replica's slice.
   detail::UntypedTensor reduce_scatter_flat(ReduceOp op, const detail::UntypedTensor& in,
                                             const CommunicationOptions& options);
@@ -199,10 +199,7 @@ V ReplicaContext::all_reduce(ReduceOp op, const V& value, const CommunicationOpt
   std::vector<detail::UntypedTensor> in;
   std::string structure;
   detail::flatten(value, in, structure);
-  std::vector<detail::UntypedTensor> out;
-  out.reserve(in.size());
-  for (const auto& t : in) out.push_back(detail::make_untyped(t.dtype, t.shape, t.device()));
-  all_reduce_flat(op, in, out, structure, options);
+  const std::vector<detail::UntypedTensor> out = all_reduce_flat(op, in, structure, options);
   std::size_t i = 0;
   return detail::unflatten<V>(value, out, i);
 }

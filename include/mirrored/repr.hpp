@@ -3,15 +3,16 @@
 /// `repr`: the printed form of values the library hands back (tensors, numbers, nests), as Python
 /// prints them.
 
-#include <map>
-#include <sstream>
+#include <iosfwd>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "mirrored/detail/format.hpp"
 #include "mirrored/device.hpp"
+#include "mirrored/errors.hpp"
 
 namespace mirrored::detail {
 
@@ -19,6 +20,9 @@ template <class X>
 concept Streamable = requires(std::ostream& os, const X& x) {
   os << x;
 };
+
+/// Writes `text` to `os` (compiled: a printing operator's caller needs no <ostream>).
+std::ostream& write_text(std::ostream& os, const std::string& text);
 
 /// Joins element reprs Python-style: on one line when short, else one element per line.
 std::string join_repr(const std::vector<std::string>& parts, const char* open, const char* close);
@@ -58,8 +62,8 @@ std::string repr(const X& x) {
     return detail::join_repr(parts, "(", std::tuple_size_v<X> == 1 ? ",)" : ")");
   } else {
     static_assert(detail::Streamable<X>, "repr: type has no printed form");
-    std::ostringstream os;
-    os << x;
+    detail::MessageBuilder os;  // a std::ostringstream in the compiled library
+    os.stream() << x;
     return os.str();
   }
 }

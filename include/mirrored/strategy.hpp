@@ -17,6 +17,7 @@
 #include "mirrored/communication_options.hpp"
 #include "mirrored/cross_device_ops.hpp"
 #include "mirrored/detail/nest.hpp"
+#include "mirrored/detail/variable_access.hpp"
 #include "mirrored/device.hpp"
 #include "mirrored/distributed_values.hpp"
 #include "mirrored/errors.hpp"
@@ -53,6 +54,14 @@ int count_workers_with_input(Strategy& strategy, bool mine);
 /// This worker's input pipeline failed with `error`: the job fails, so that the other workers,
 /// waiting in `count_workers_with_input`, get AbortedError naming this worker at once.
 void input_failed(Strategy& strategy, const std::exception_ptr& error) noexcept;
+
+/// `Strategy::experimental_distribute_dataset` and `distribute_datasets_from_function` of
+/// `strategy`. Defined in <mirrored/distributed_dataset.hpp>, the header of `DistributedDataset`,
+/// which a caller includes for the result (the input pipeline's headers include this one).
+template <class E>
+DistributedDataset<E> distribute_dataset_of(Strategy& strategy, data::Dataset<E> ds, InputOptions o);
+template <class Fn>
+auto datasets_from_function_of(Strategy& strategy, Fn& dataset_fn, InputOptions o);
 
 /// True while the calling thread runs a replica's function inside `Strategy::run` (for
 /// `Variable`'s constructor, which creates a variable per replica only there).
@@ -130,7 +139,8 @@ class StrategyExtended {
   /// True where summaries should be written: on the chief.
   bool should_save_summary() const noexcept { return worker_index() == 0; }
 
-  // The variable-level API below is defined in <mirrored/strategy_extended.hpp>.
+  // The variable-level API below: `Variable<T>` is complete wherever a caller has one (these are
+  // defined below through `detail::VariableAccess`, which names it through `T` alone).
 
   /// True when `v` was created in this strategy's scope (or run).
   template <class T>
@@ -245,7 +255,7 @@ class Strategy {
   /// each naming that copy alone (as `extended().update` passes them: reads give that copy, writes
   /// touch only it). TF returns the component variables too; handles rather than tensors keep
   /// that meaning, and `value()` of each gives the copy's tensor. `{var}` for a plain variable or a
-  /// component. Defined in variable.hpp.
+  /// component.
   template <class T>
   std::vector<Variable<T>> experimental_local_results(const Variable<T>& var);
 
@@ -257,14 +267,14 @@ class Strategy {
 
   /// Distributes `ds`, whose elements are global batches, over the replicas: each step gives
   /// every replica its slice of the next global batch (split rule `o.rebatch_policy`), prepared
-  /// ahead on a background thread. Defined in distributed_dataset.hpp (see docs/data.md).
+  /// ahead on a background thread (see docs/data.md). Include <mirrored/distributed_dataset.hpp>.
   /// \throws InvalidArgumentError for unbatched (rank-0) elements with several replicas, bad
   /// `o`, or a FILE auto-shard policy that cannot be applied.
   template <class E>
   DistributedDataset<E> experimental_distribute_dataset(data::Dataset<E> ds, InputOptions o = {});
   /// Calls `dataset_fn(const InputContext&)` per input pipeline (worker, or replica under
   /// PER_REPLICA) and deals its elements whole to the replicas, without rebatching or sharding.
-  /// Returns a `DistributedDataset`. Defined in distributed_dataset.hpp.
+  /// Returns a `DistributedDataset` (include <mirrored/distributed_dataset.hpp>).
   template <class Fn>
   auto distribute_datasets_from_function(Fn dataset_fn, InputOptions o = {});
 
@@ -296,11 +306,15 @@ class Strategy {
   void record_failure(int replica, std::exception_ptr error) noexcept;
   template <class V>
   void check_components(const char* op, const V& value) const;
+  // Throws InvalidArgumentError naming `op` unless a distributed value of `count` components fits.
+  void check_component_count(const char* op, std::size_t count) const;
   template <class R, class X>
   auto reduce_values(ReduceOp op, const std::vector<X>& values, std::optional<int> axis);
 
+  // Reduces the replicas' leaves (`leaves[r]`, `structures[r]`), first converted to `as` when given.
   std::vector<detail::UntypedTensor> reduce_flat(ReduceOp op, std::vector<std::vector<detail::UntypedTensor>>& leaves,
-                                                 const std::vector<std::string>& structures, std::optional<int> axis);
+                                                 const std::vector<std::string>& structures, std::optional<int> axis,
+                                                 std::optional<DType> as);
   detail::UntypedTensor gather_flat(const std::vector<detail::UntypedTensor>& parts, int axis) const;
 
   std::vector<Device> devices_;  // this process's replicas
@@ -330,10 +344,7 @@ ReplicaContext* get_replica_context();
 
 template <class V>
 void Strategy::check_components(const char* op, const V& value) const {
-  if constexpr (is_distributed_v<V>) {
-    MIRRORED_ENFORCE(value.size() == devices_.size(), InvalidArgumentError, op, ": a distributed value with ",
-                     value.size(), " components cannot be used with ", name(), " of ", devices_.size(), " replicas");
-  }
+  if constexpr (is_distributed_v<V>) check_component_count(op, value.size());
 }
 
 template <class Fn, class... Args>
@@ -378,13 +389,10 @@ auto Strategy::reduce_values(ReduceOp op, const std::vector<X>& values, std::opt
   }
   std::vector<std::vector<detail::UntypedTensor>> leaves(values.size());
   std::vector<std::string> structures(values.size());
-  for (std::size_t r = 0; r < values.size(); ++r) {
-    detail::flatten(values[r], leaves[r], structures[r]);
-    if constexpr (!std::is_void_v<R>) {
-      for (auto& leaf : leaves[r]) leaf = detail::cast_untyped(leaf, dtype_of<R>());
-    }
-  }
-  std::vector<detail::UntypedTensor> out = reduce_flat(op, leaves, structures, axis);
+  for (std::size_t r = 0; r < values.size(); ++r) detail::flatten(values[r], leaves[r], structures[r]);
+  std::optional<DType> as;
+  if constexpr (!std::is_void_v<R>) as = dtype_of<R>();
+  std::vector<detail::UntypedTensor> out = reduce_flat(op, leaves, structures, axis, as);
   std::size_t i = 0;
   return detail::unflatten<Out>(values[0], out, i);
 }
@@ -434,6 +442,16 @@ auto Strategy::experimental_local_results(const V& value) {
     return std::vector<V>{value};
 }
 
+template <class T>
+std::vector<Variable<T>> Strategy::experimental_local_results(const Variable<T>& var) {
+  if (!var.strategy() || detail::VariableAccess::component_index(var) >= 0) return {var};
+  const int copies = static_cast<int>(var.num_components());
+  std::vector<Variable<T>> out;
+  out.reserve(static_cast<std::size_t>(copies));
+  for (int r = 0; r < copies; ++r) out.push_back(detail::VariableAccess::component(var, r));
+  return out;
+}
+
 template <class Fn>
 auto Strategy::experimental_distribute_values_from_function(Fn value_fn) {
   using Out = std::decay_t<std::invoke_result_t<Fn&, const ValueContext&>>;
@@ -446,6 +464,94 @@ auto Strategy::experimental_distribute_values_from_function(Fn value_fn) {
     values.push_back(value_fn(ValueContext{worker_index_ * local + r, num_replicas_in_sync()}));
   }
   return PerReplica<Out>(std::move(values));
+}
+
+template <class E>
+DistributedDataset<E> Strategy::experimental_distribute_dataset(data::Dataset<E> ds, InputOptions o) {
+  return detail::distribute_dataset_of(*this, std::move(ds), o);
+}
+
+template <class Fn>
+auto Strategy::distribute_datasets_from_function(Fn dataset_fn, InputOptions o) {
+  return detail::datasets_from_function_of(*this, dataset_fn, o);
+}
+
+template <class T>
+bool StrategyExtended::variable_created_in_scope(const Variable<T>& v) const noexcept {
+  return detail::VariableAccess::state(v).belongs_to(&s_);
+}
+
+template <class T, class Fn, class... Args>
+auto StrategyExtended::update(const Variable<T>& var, Fn&& fn, Args&&... args) {
+  require_cross_replica("update");
+  (s_.check_components("update", args), ...);
+  Strategy* owner = detail::VariableAccess::state(var).live_strategy("update");
+  if (owner != &s_) {
+    throw FailedPreconditionError("Mixing different tf.distribute.Strategy objects: StrategyExtended::update of " +
+                                  s_.name() + " was given variable '" + var.name() + "' of " +
+                                  (owner ? owner->name() : std::string("no strategy")));
+  }
+  const int n = static_cast<int>(worker_devices().size());  // this process's copies
+  using R = std::invoke_result_t<Fn&, Variable<T>&, detail::replica_arg_t<std::remove_reference_t<Args>>...>;
+  if constexpr (std::is_void_v<R>) {
+    for (int r = 0; r < n; ++r) {
+      Variable<T> component = detail::VariableAccess::component(var, r);
+      std::invoke(fn, component, detail::replica_arg(args, r)...);
+    }
+  } else {
+    std::vector<std::decay_t<R>> out;
+    for (int r = 0; r < n; ++r) {
+      Variable<T> component = detail::VariableAccess::component(var, r);
+      out.push_back(std::invoke(fn, component, detail::replica_arg(args, r)...));
+    }
+    return PerReplica<std::decay_t<R>>(std::move(out));
+  }
+}
+
+template <class T>
+Tensor<T> StrategyExtended::reduce_to(ReduceOp op, const PerReplica<Tensor<T>>& value, const Device& destination,
+                                      const CommunicationOptions& options) {
+  require_cross_replica("reduce_to");
+  s_.check_components("reduce_to", value);
+  std::vector<std::vector<detail::UntypedTensor>> values(1);
+  for (const auto& t : value.values()) values[0].push_back(detail::TensorAccess::erase(t));
+  return detail::TensorAccess::restore<T>(batch_reduce_onto("reduce_to", op, values, {{destination}}, options)[0][0]);
+}
+
+template <class T>
+Mirrored<Tensor<T>> StrategyExtended::reduce_to(ReduceOp op, const PerReplica<Tensor<T>>& value,
+                                                const Variable<T>& destinations, const CommunicationOptions& options) {
+  return batch_reduce_to<T>(op, {{value, destinations}}, options)[0];
+}
+
+template <class T>
+std::vector<Mirrored<Tensor<T>>> StrategyExtended::batch_reduce_to(
+    ReduceOp op, const std::vector<std::pair<PerReplica<Tensor<T>>, Variable<T>>>& value_destination_pairs,
+    const CommunicationOptions& options) {
+  require_cross_replica("batch_reduce_to");
+  std::vector<std::vector<detail::UntypedTensor>> values;
+  values.reserve(value_destination_pairs.size());
+  for (const auto& [value, destination] : value_destination_pairs) {
+    s_.check_components("batch_reduce_to", value);
+    auto& parts = values.emplace_back();
+    for (const auto& t : value.values()) parts.push_back(detail::TensorAccess::erase(t));
+  }
+  std::vector<std::vector<Device>> destinations;
+  destinations.reserve(value_destination_pairs.size());
+  for (const auto& [value, destination] : value_destination_pairs) {
+    auto& devices = destinations.emplace_back();
+    for (const auto& c : destination.components()) devices.push_back(c.device());
+  }
+  const auto reduced = batch_reduce_onto("batch_reduce_to", op, values, destinations, options);
+  std::vector<Mirrored<Tensor<T>>> out;
+  out.reserve(reduced.size());
+  for (const auto& copies_erased : reduced) {
+    std::vector<Tensor<T>> copies;
+    copies.reserve(copies_erased.size());
+    for (const auto& c : copies_erased) copies.push_back(detail::TensorAccess::restore<T>(c));
+    out.emplace_back(std::move(copies));
+  }
+  return out;
 }
 
 }  // namespace mirrored

@@ -2,21 +2,20 @@
 /// \file
 /// `Tensor<T>`: a typed, shaped buffer on one device.
 
-#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <iosfwd>
 #include <memory>
 #include <optional>
-#include <ostream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include "mirrored/detail/device_backend.hpp"
-#include "mirrored/detail/format.hpp"
+#include "mirrored/detail/binary_op.hpp"
 #include "mirrored/device.hpp"
 #include "mirrored/dtype.hpp"
 #include "mirrored/errors.hpp"
+#include "mirrored/shape.hpp"
 
 struct DLManagedTensor;  // DLPack's (<dlpack/dlpack.h>); Tensor::from_dlpack is in <mirrored/dlpack.hpp>
 
@@ -25,6 +24,8 @@ namespace mirrored {
 namespace detail {
 
 struct TensorAccess;
+struct UntypedTensor;  // detail/untyped_tensor.hpp
+class DeviceBackend;   // detail/device_backend.hpp
 
 /// Device memory owned by one or more tensors (tensors share storage, like torch tensors).
 class Storage {
@@ -82,7 +83,15 @@ class Tensor {
   using value_type = T;
 
   /// An empty rank-1 tensor (shape `(0,)`) on CPU:0.
-  Tensor() : shape_{0} {}
+  Tensor();
+  // Copies share the storage. Compiled, like the members below: a tensor is copied and destroyed
+  // in every expression, and these calls are smaller than the shape's and the storage handle's
+  // inline code.
+  Tensor(const Tensor& other);
+  Tensor(Tensor&& other) noexcept;
+  Tensor& operator=(const Tensor& other);
+  Tensor& operator=(Tensor&& other) noexcept;
+  ~Tensor();
   /// A rank-1 tensor of `values` on `default_device()` (the replica's device inside `run`, else
   /// CPU:0).
   Tensor(std::initializer_list<T> values)
@@ -94,23 +103,11 @@ class Tensor {
   static Tensor scalar(T value, const Device& d = default_device()) { return full({}, value, d); }
   /// A tensor of `shape` holding `values` (row-major). \throws InvalidArgumentError when the
   /// number of values differs from the shape's element count.
-  static Tensor from_vector(std::vector<T> values, Shape shape, const Device& d = default_device()) {
-    const int64_t n = detail::shape_numel(shape, sizeof(T));
-    MIRRORED_ENFORCE(static_cast<int64_t>(values.size()) == n, InvalidArgumentError,
-                     "Tensor::from_vector: ", values.size(), " values cannot fill shape ", detail::format_shape(shape),
-                     " (", n, " elements)");
-    Tensor t(std::move(shape), d);
-    if (n) t.storage_->backend().copy_from_host(t.data(), values.data(), n * sizeof(T));
-    return t;
-  }
+  static Tensor from_vector(std::vector<T> values, Shape shape, const Device& d = default_device());
   /// A tensor of `shape` filled with zeros.
   static Tensor zeros(Shape shape, const Device& d = default_device()) { return full(std::move(shape), T{0}, d); }
   /// A tensor of `shape` filled with `value`.
-  static Tensor full(Shape shape, T value, const Device& d = default_device()) {
-    Tensor t(std::move(shape), d);
-    if (t.numel_) t.storage_->backend().fill(dtype_of<T>(), t.data(), t.numel_, &value);
-    return t;
-  }
+  static Tensor full(Shape shape, T value, const Device& d = default_device());
   /// A tensor of `shape` whose contents are unspecified (to be overwritten).
   static Tensor empty(Shape shape, const Device& d = default_device()) { return Tensor(std::move(shape), d); }
   /// A tensor sharing the memory of a DLPack tensor, without a copy: defined in
@@ -124,40 +121,16 @@ class Tensor {
   static constexpr DType dtype() noexcept { return dtype_of<T>(); }
 
   /// Host copy of the elements, row-major.
-  std::vector<T> to_vector() const {
-    std::vector<T> out(numel_);
-    if (numel_) {
-      auto& be = storage_->backend();
-      be.synchronize();
-      be.copy_to_host(out.data(), data(), numel_ * sizeof(T));
-    }
-    return out;
-  }
+  std::vector<T> to_vector() const;
   /// The single element. \throws InvalidArgumentError unless `numel() == 1`.
-  T item() const {
-    MIRRORED_ENFORCE(numel_ == 1, InvalidArgumentError, "Tensor::item: tensor of shape ", detail::format_shape(shape_),
-                     " has ", numel_, " elements, expected exactly 1");
-    return to_vector()[0];
-  }
+  T item() const;
   /// A copy on device `d` (a new storage even when `d` is this tensor's device).
-  Tensor to(const Device& d) const {
-    Tensor t(shape_, d);
-    if (numel_) detail::copy_between(t.data(), d, data(), device(), bytes());
-    return t;
-  }
+  Tensor to(const Device& d) const;
   /// An independent copy on the same device.
   Tensor clone() const { return to(device()); }
   /// Same storage viewed with another shape. \throws InvalidArgumentError when the element counts
   /// differ.
-  Tensor reshape(Shape shape) const {
-    const int64_t n = detail::shape_numel(shape, sizeof(T));
-    MIRRORED_ENFORCE(n == numel_, InvalidArgumentError, "Tensor::reshape: cannot reshape a tensor of shape ",
-                     detail::format_shape(shape_), " (", numel_, " elements) to shape ", detail::format_shape(shape),
-                     " (", n, " elements)");
-    Tensor t = *this;
-    t.shape_ = std::move(shape);
-    return t;
-  }
+  Tensor reshape(Shape shape) const;
 
   /// Element pointer in the memory of `device()` (host memory for CPU devices).
   T* data() noexcept { return storage_ ? static_cast<T*>(storage_->data()) : nullptr; }
@@ -206,47 +179,31 @@ class Tensor {
   }
 
   /// `<Tensor: shape=(2,), dtype=float32, value=[1.0, 2.0]>`
-  friend std::ostream& operator<<(std::ostream& os, const Tensor& t) {
-    const std::vector<T> host = t.to_vector();
-    return os << "<Tensor: shape=" << detail::format_shape(t.shape_) << ", dtype=" << dtype_name(dtype())
-              << ", value=" << detail::format_values(host.data(), t.shape_) << ">";
-  }
+  friend std::ostream& operator<<(std::ostream& os, const Tensor& t) { return t.print(os); }
 
  private:
   friend struct detail::TensorAccess;
 
-  Tensor(Shape shape, const Device& d) : shape_(std::move(shape)), numel_(detail::shape_numel(shape_, sizeof(T))) {
-    storage_ = std::make_shared<detail::Storage>(d, std::max<std::size_t>(bytes(), 1));
-  }
-
-  static Tensor binary(detail::BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
-    detail::check_same_device(name, a.device(), b.device());
-    const bool a_scalar = a.rank() == 0 && b.rank() != 0;
-    const bool b_scalar = b.rank() == 0 && a.rank() != 0;
-    if (!a_scalar && !b_scalar && a.shape_ != b.shape_) detail::throw_incompatible_shapes(name, a.shape_, b.shape_);
-    Tensor out(a_scalar ? b.shape_ : a.shape_, a.device());
-    if (out.numel_)
-      out.storage_->backend().binary(op, dtype(), a.data(), a_scalar, b.data(), b_scalar, out.data(), out.numel_);
-    return out;
-  }
+  // A tensor of `shape` on `d`, contents unspecified.
+  Tensor(Shape shape, const Device& d);
+  // detail::TensorAccess: a handle on `u`'s storage (whose dtype is T's), and the reverse.
+  explicit Tensor(const detail::UntypedTensor& u);
+  detail::UntypedTensor erased() const;
+  static Tensor binary(detail::BinaryOp op, const char* name, const Tensor& a, const Tensor& b);
+  std::ostream& print(std::ostream& os) const;
 
   Shape shape_;
   int64_t numel_ = 0;
   std::shared_ptr<detail::Storage> storage_;
 };
 
-/// A tensor of element type `To` holding `t`'s values converted as by `static_cast`.
+// Tensor<T>'s members not defined above are compiled once per element type (src/device/tensor.cpp),
+// not in every translation unit that uses them.
+
+/// A tensor of element type `To` holding `t`'s values converted as by `static_cast` (`t` itself
+/// when `To` is `From`).
 template <class To, class From>
-Tensor<To> cast(const Tensor<From>& t) {
-  if constexpr (std::is_same_v<To, From>) {
-    return t;
-  } else {
-    Tensor<To> out = Tensor<To>::empty(t.shape(), t.device());
-    if (t.numel())
-      detail::backend_for(t.device()).cast(dtype_of<From>(), t.data(), dtype_of<To>(), out.data(), t.numel());
-    return out;
-  }
-}
+Tensor<To> cast(const Tensor<From>& t);
 
 /// True for `Tensor<T>` types.
 template <class X>

@@ -7,6 +7,7 @@
 #include "device/placement.hpp"
 #include "mirrored/detail/balanced_split.hpp"
 #include "mirrored/detail/device_backend.hpp"
+#include "mirrored/detail/format.hpp"
 #include "mirrored/errors.hpp"
 
 namespace mirrored::detail {

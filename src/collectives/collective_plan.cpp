@@ -9,6 +9,7 @@
 #include "collectives/nest_structure.hpp"
 #include "collectives/packing.hpp"
 #include "device/placement.hpp"
+#include "mirrored/detail/format.hpp"
 #include "util/exceptions.hpp"
 #include "util/timeline.hpp"
 

@@ -22,6 +22,7 @@
 #include "collectives/flight_recorder.hpp"
 #include "collectives/optimizer_layout.hpp"
 #include "collectives/packing.hpp"
+#include "mirrored/detail/format.hpp"
 #include "mirrored/detail/optimizer_step.hpp"
 #include "util/exceptions.hpp"
 #include "util/log.hpp"

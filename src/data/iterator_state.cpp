@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "mirrored/data/detail/node.hpp"
+#include "mirrored/detail/device_backend.hpp"
 #include "mirrored/detail/format.hpp"
 
 namespace mirrored::data::detail {

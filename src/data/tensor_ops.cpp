@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "mirrored/data/element.hpp"
+#include "mirrored/detail/device_backend.hpp"
 #include "mirrored/detail/format.hpp"
 #include "mirrored/errors.hpp"
 

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <ostream>
 
+#include "mirrored/distributed_values.hpp"
 #include "mirrored/dtype.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/repr.hpp"
@@ -147,6 +149,25 @@ int64_t shape_numel(const Shape& shape, std::size_t element_size) {
                    " is too large: its element count or its size in bytes (elements of ", element_size,
                    " bytes) overflows int64");
   return *n;
+}
+
+std::string join_distributed(const char* name, const std::vector<std::string>& items) {
+  std::string out = std::string(name) + ":{\n";
+  for (std::size_t r = 0; r < items.size(); ++r) {
+    std::string item = items[r];
+    // Continuation lines of a multi-line component stay inside the braces.
+    for (std::size_t pos = item.find('\n'); pos != std::string::npos; pos = item.find('\n', pos + 3))
+      item.replace(pos, 1, "\n  ");
+    out += "  " + std::to_string(r) + ": " + item;
+    out += r + 1 < items.size() ? ",\n" : "\n";
+  }
+  return out + "}";
+}
+
+std::ostream& write_text(std::ostream& os, const std::string& text) { return os << text; }
+
+std::ostream& print_distributed(std::ostream& os, const char* name, const std::vector<std::string>& items) {
+  return os << join_distributed(name, items);
 }
 
 std::string join_repr(const std::vector<std::string>& parts, const char* open, const char* close) {

@@ -3,8 +3,11 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "mirrored/detail/device_backend.hpp"
+#include "mirrored/detail/format.hpp"
+#include "mirrored/detail/nest.hpp"
 #include "mirrored/detail/untyped_tensor.hpp"
 #include "mirrored/errors.hpp"
 #include "mirrored/tensor.hpp"
@@ -55,6 +58,15 @@ void throw_incompatible_shapes(const char* op, const Shape& a, const Shape& b) {
   throw InvalidArgumentError(std::string(op) + ": Incompatible shapes: " + format_shape(a) + " vs. " + format_shape(b));
 }
 
+UntypedTensor::UntypedTensor() noexcept = default;
+UntypedTensor::UntypedTensor(DType dtype, Shape shape, int64_t numel, std::shared_ptr<Storage> storage) noexcept
+    : dtype(dtype), shape(std::move(shape)), numel(numel), storage(std::move(storage)) {}
+UntypedTensor::UntypedTensor(const UntypedTensor&) = default;
+UntypedTensor::UntypedTensor(UntypedTensor&&) noexcept = default;
+UntypedTensor& UntypedTensor::operator=(const UntypedTensor&) = default;
+UntypedTensor& UntypedTensor::operator=(UntypedTensor&&) noexcept = default;
+UntypedTensor::~UntypedTensor() = default;
+
 UntypedTensor make_untyped(DType dtype, const Shape& shape, const Device& device) {
   UntypedTensor t;
   t.dtype = dtype;
@@ -62,6 +74,11 @@ UntypedTensor make_untyped(DType dtype, const Shape& shape, const Device& device
   t.numel = shape_numel(shape, dtype_size(dtype));
   t.storage = std::make_shared<Storage>(device, std::max<std::size_t>(t.bytes(), 1));
   return t;
+}
+
+void append_leaf(std::vector<UntypedTensor>& leaves, std::string& structure, UntypedTensor leaf) {
+  structure += '.';
+  leaves.push_back(std::move(leaf));
 }
 
 UntypedTensor cast_untyped(const UntypedTensor& t, DType dtype) {

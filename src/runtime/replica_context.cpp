@@ -61,9 +61,13 @@ void ReplicaContext::check_mean_of(const char* name, ReduceOp op, bool integer) 
   }
 }
 
-void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::UntypedTensor>& in,
-                                     const std::vector<detail::UntypedTensor>& out, const std::string& structure,
-                                     const CommunicationOptions& options) {
+std::vector<detail::UntypedTensor> ReplicaContext::all_reduce_flat(ReduceOp op,
+                                                                   const std::vector<detail::UntypedTensor>& in,
+                                                                   const std::string& structure,
+                                                                   const CommunicationOptions& options) {
+  std::vector<detail::UntypedTensor> out;
+  out.reserve(in.size());
+  for (const auto& t : in) out.push_back(detail::make_untyped(t.dtype, t.shape, t.device()));
   detail::timeline::Scope trace("all_reduce", "collective");
   if (trace.active()) {
     std::int64_t bytes = 0;
@@ -82,6 +86,7 @@ void ReplicaContext::all_reduce_flat(ReduceOp op, const std::vector<detail::Unty
           .structure = &structure,
           .options = options},
          d);
+  return out;
 }
 
 detail::UntypedTensor ReplicaContext::reduce_scatter_flat(ReduceOp op, const detail::UntypedTensor& in,

@@ -253,10 +253,19 @@ void Strategy::execute(Body body, void* ctx) {
   }
 }
 
+void Strategy::check_component_count(const char* op, std::size_t count) const {
+  MIRRORED_ENFORCE(count == devices_.size(), InvalidArgumentError, op, ": a distributed value with ", count,
+                   " components cannot be used with ", name(), " of ", devices_.size(), " replicas");
+}
+
 std::vector<detail::UntypedTensor> Strategy::reduce_flat(ReduceOp op,
                                                          std::vector<std::vector<detail::UntypedTensor>>& leaves,
                                                          const std::vector<std::string>& structures,
-                                                         std::optional<int> axis) {
+                                                         std::optional<int> axis, std::optional<DType> as) {
+  if (as) {
+    for (auto& replica_leaves : leaves)
+      for (auto& leaf : replica_leaves) leaf = detail::cast_untyped(leaf, *as);
+  }
   detail::timeline::Scope trace("reduce", "cross_replica");
   if (trace.active() && !leaves.empty()) {
     std::int64_t bytes = 0;  // of one replica's value

@@ -1,5 +1,7 @@
 #include "mirrored/errors.hpp"
 
+#include <sstream>
+
 #include "util/exceptions.hpp"
 
 namespace mirrored {
@@ -33,5 +35,31 @@ std::string describe_exception(const std::exception_ptr& e) {
     return "an exception that is not a std::exception";
   }
 }
+
+}  // namespace mirrored::detail
+
+namespace mirrored::detail {
+
+MessageBuilder::MessageBuilder() : os_(std::make_unique<std::ostringstream>()) {}
+MessageBuilder::~MessageBuilder() = default;
+
+void MessageBuilder::append(std::string_view text) { *os_ << text; }
+void MessageBuilder::append(char c) { *os_ << c; }
+void MessageBuilder::append(signed char c) { *os_ << c; }
+void MessageBuilder::append(unsigned char c) { *os_ << c; }
+void MessageBuilder::append(bool b) { *os_ << b; }
+void MessageBuilder::append(short v) { *os_ << v; }
+void MessageBuilder::append(unsigned short v) { *os_ << v; }
+void MessageBuilder::append(int v) { *os_ << v; }
+void MessageBuilder::append(long v) { *os_ << v; }
+void MessageBuilder::append(long long v) { *os_ << v; }
+void MessageBuilder::append(unsigned v) { *os_ << v; }
+void MessageBuilder::append(unsigned long v) { *os_ << v; }
+void MessageBuilder::append(unsigned long long v) { *os_ << v; }
+void MessageBuilder::append(double v) { *os_ << v; }
+void MessageBuilder::append(long double v) { *os_ << v; }
+void MessageBuilder::append(const void* p) { *os_ << p; }
+std::ostream& MessageBuilder::stream() { return *os_; }
+std::string MessageBuilder::str() const { return os_->str(); }
 
 }  // namespace mirrored::detail

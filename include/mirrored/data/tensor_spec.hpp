@@ -4,7 +4,7 @@
 /// element, as `Dataset::element_spec()` and `DistributedDataset::element_spec()` report it.
 
 #include <cstdint>
-#include <ostream>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -33,23 +33,7 @@ struct TensorSpec {
   friend bool operator==(const TensorSpec&, const TensorSpec&) = default;
 
   /// `TensorSpec(shape=(None, 2), dtype=int64)`; an unknown rank prints as `shape=<unknown>`.
-  friend std::ostream& operator<<(std::ostream& os, const TensorSpec& s) {
-    os << "TensorSpec(shape=";
-    if (!s.known_rank) {
-      os << "<unknown>";
-    } else {
-      os << "(";
-      for (std::size_t i = 0; i < s.shape.size(); ++i) {
-        if (i) os << ", ";
-        if (s.shape[i] < 0)
-          os << "None";
-        else
-          os << s.shape[i];
-      }
-      os << (s.shape.size() == 1 ? ",)" : ")");
-    }
-    return os << ", dtype=" << dtype_name(s.dtype) << ")";
-  }
+  friend std::ostream& operator<<(std::ostream& os, const TensorSpec& s);  // src/data/tensor_spec.cpp
 };
 
 }  // namespace mirrored::data

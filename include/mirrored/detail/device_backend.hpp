@@ -12,14 +12,12 @@
 #include <memory>
 
 #include "mirrored/deadline.hpp"
-#include "mirrored/detail/optimizer_formulas.hpp"
+#include "mirrored/detail/binary_op.hpp"
+#include "mirrored/detail/optimizer_update.hpp"
 #include "mirrored/device.hpp"
 #include "mirrored/dtype.hpp"
 
 namespace mirrored::detail {
-
-/// Element-wise binary operations of the Tensor operators.
-enum class BinaryOp { add, sub, mul, div };
 
 /// One variable's copy in a fused update: `count` elements of the parameter, its gradient and
 /// the slots the optimizer kind uses (nullptr otherwise), all memory of the updating backend.

@@ -123,6 +123,9 @@ constexpr bool nest_has_integer_leaf() {
     }(std::type_identity<X>{});
 }
 
+/// Appends `leaf` to `leaves` and its mark (`.`) to `structure` (compiled: `flatten`'s every leaf).
+void append_leaf(std::vector<UntypedTensor>& leaves, std::string& structure, UntypedTensor leaf);
+
 /// Appends the leaves of `x` in depth-first order (numbers become rank-0 host tensors) and an
 /// unambiguous encoding of its structure to `structure`, so that two nests can be compared (equal
 /// encodings mean equal structures and leaf counts): a leaf is `.`, a vector `[` its elements `]`,
@@ -132,11 +135,10 @@ constexpr bool nest_has_integer_leaf() {
 template <class X>
 void flatten(const X& x, std::vector<UntypedTensor>& leaves, std::string& structure) {
   if constexpr (is_tensor_v<X>) {
-    structure += '.';
-    leaves.push_back(TensorAccess::erase(x));
+    append_leaf(leaves, structure, TensorAccess::erase(x));
   } else if constexpr (is_scalar_leaf_v<X>) {
-    structure += '.';
-    leaves.push_back(TensorAccess::erase(Tensor<scalar_element_t<X>>::scalar(static_cast<scalar_element_t<X>>(x))));
+    append_leaf(leaves, structure,
+                TensorAccess::erase(Tensor<scalar_element_t<X>>::scalar(static_cast<scalar_element_t<X>>(x))));
   } else if constexpr (is_vector<X>::value) {
     structure += '[';
     for (const auto& e : x) flatten(e, leaves, structure);

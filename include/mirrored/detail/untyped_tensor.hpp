@@ -18,6 +18,15 @@ struct UntypedTensor {
   int64_t numel = 0;
   std::shared_ptr<Storage> storage;
 
+  UntypedTensor() noexcept;
+  UntypedTensor(DType dtype, Shape shape, int64_t numel, std::shared_ptr<Storage> storage) noexcept;
+  // Compiled, as Tensor<T>'s are: nests and collectives copy and destroy these everywhere.
+  UntypedTensor(const UntypedTensor& other);
+  UntypedTensor(UntypedTensor&& other) noexcept;
+  UntypedTensor& operator=(const UntypedTensor& other);
+  UntypedTensor& operator=(UntypedTensor&& other) noexcept;
+  ~UntypedTensor();
+
   void* data() const noexcept { return storage ? storage->data() : nullptr; }
   std::size_t bytes() const noexcept { return static_cast<std::size_t>(numel) * dtype_size(dtype); }
   const Device& device() const noexcept { return storage ? storage->device() : cpu0; }
@@ -27,7 +36,7 @@ struct UntypedTensor {
 struct TensorAccess {
   template <class T>
   static UntypedTensor erase(const Tensor<T>& t) {
-    return UntypedTensor{dtype_of<T>(), t.shape_, t.numel_, t.storage_};
+    return t.erased();
   }
   /// True when `t` is the only handle on its storage (so it may be updated in place).
   template <class T>
@@ -36,11 +45,7 @@ struct TensorAccess {
   }
   template <class T>
   static Tensor<T> restore(const UntypedTensor& u) {
-    Tensor<T> t;
-    t.shape_ = u.shape;
-    t.numel_ = u.numel;
-    t.storage_ = u.storage;
-    return t;
+    return Tensor<T>(u);
   }
 };
 

@@ -8,6 +8,7 @@
 #include "collectives/packing.hpp"
 #include "device/placement.hpp"
 #include "mirrored/detail/device_backend.hpp"
+#include "mirrored/detail/format.hpp"
 #include "mirrored/errors.hpp"
 #include "util/exceptions.hpp"
 #include "util/fnv1a.hpp"

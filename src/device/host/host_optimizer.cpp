@@ -6,6 +6,7 @@
 #include <cmath>
 #include <utility>
 
+#include "mirrored/detail/optimizer_formulas.hpp"
 #include "mirrored/errors.hpp"
 
 namespace mirrored::detail {

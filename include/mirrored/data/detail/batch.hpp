@@ -3,7 +3,6 @@
 /// Internal: `batch(batch_size, drop_remainder)`.
 /// Needed by `Dataset<E>::batch` (<mirrored/data/dataset.hpp>).
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -58,7 +57,7 @@ class BatchNode final : public Node<E> {
     std::optional<E> next() override {
       if (done) return std::nullopt;
       std::vector<std::vector<UntypedTensor>> columns(num_components_v<E>);
-      for (auto& c : columns) c.reserve(static_cast<std::size_t>(std::min<int64_t>(size, 4096)));
+      for (auto& c : columns) c.reserve(static_cast<std::size_t>(size < 4096 ? size : 4096));
       int64_t k = 0;
       for (; k < size; ++k) {
         throw_if_cancelled(stop);

@@ -6,7 +6,6 @@
 /// `distribute_datasets_from_function` (deals whole elements to replicas).
 /// Needed by `DistributedDataset<E>` (<mirrored/distributed_dataset.hpp>).
 
-#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -238,7 +237,7 @@ class FunctionSource final : public StepSource<E> {
       }
       got[r] = erase_element(*e);
       ++have;
-      first = std::min(first, r);
+      if (r < first) first = r;
     }
     if (have == 0 || (have < replicas && !paddable(*got[first]))) {
       if (have) warn_dropped_partial_step(have, replicas);
