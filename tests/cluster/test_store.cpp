@@ -1,6 +1,7 @@
 // The job's store: the chief's TCP store (server and clients in this process) and the file store.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netdb.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,7 +9,9 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "cluster/net/socket.hpp"
 #include "cluster/process_harness.hpp"
@@ -176,6 +179,49 @@ TEST(TcpStore, TheSecondServerOnAPortFailsWithUnavailable) {
   } catch (const UnavailableError& e) {
     EXPECT_THAT(e.what(), HasSubstr("cannot listen on 127.0.0.1"));
   }
+}
+
+TEST(Sockets, ANameThatResolvesToLoopbackOnlyIsBoundToEveryAddress) {
+  EXPECT_TRUE(net::loopback_alias("node7", {"127.0.1.1"}));
+  EXPECT_TRUE(net::loopback_alias("node7", {"127.0.1.1", "::1"}));
+  // An address the other machines can reach, an address literal, "localhost", nothing resolved.
+  EXPECT_FALSE(net::loopback_alias("node7", {"127.0.1.1", "10.0.0.7"}));
+  EXPECT_FALSE(net::loopback_alias("127.0.0.1", {"127.0.0.1"}));
+  EXPECT_FALSE(net::loopback_alias("::1", {"::1"}));
+  EXPECT_FALSE(net::loopback_alias("localhost", {"127.0.0.1", "::1"}));
+  EXPECT_FALSE(net::loopback_alias("node7", {}));
+}
+
+// The numeric address a socket is bound to.
+std::string bound_address(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  char text[NI_MAXHOST] = {};
+  ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, text, sizeof(text), nullptr, 0, NI_NUMERICHOST);
+  return text;
+}
+
+TEST(Sockets, ThisMachinesNameForALoopbackAddressListensEverywhereAndALiteralOnlyThere) {
+  EXPECT_EQ(bound_address(net::listen_on("127.0.0.1", 0).get()), "127.0.0.1");
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof(name) - 1), 0);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(name, "0", &hints, &found) != 0)
+    GTEST_SKIP() << "this machine's name '" << name << "' does not resolve";
+  std::vector<std::string> addresses;
+  for (addrinfo* a = found; a; a = a->ai_next) {
+    char text[NI_MAXHOST] = {};
+    ::getnameinfo(a->ai_addr, a->ai_addrlen, text, sizeof(text), nullptr, 0, NI_NUMERICHOST);
+    addresses.emplace_back(text);
+  }
+  ::freeaddrinfo(found);
+  if (!net::loopback_alias(name, addresses))
+    GTEST_SKIP() << "this machine's name '" << name << "' resolves to an address other machines can reach";
+  const std::string bound = bound_address(net::listen_on(name, 0).get());
+  EXPECT_TRUE(bound == "0.0.0.0" || bound == "::") << name << " was bound to " << bound;
 }
 
 TEST(FileStore, SetGetWaitAndSetIfAbsent) {

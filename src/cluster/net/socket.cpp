@@ -138,10 +138,30 @@ Fd connect_until(const std::string& host, int port, Clock::time_point deadline, 
   throw DeadlineExceededError(str_cat("could not connect to ", who, " (", last_error, ")"));
 }
 
+bool loopback_alias(const std::string& host, const std::vector<std::string>& addresses) {
+  auto loopback = [](const std::string& a) { return a.rfind("127.", 0) == 0 || a == "::1"; };
+  if (addresses.empty() || host == "localhost") return false;
+  for (const auto& a : addresses)
+    if (a == host || !loopback(a)) return false;  // a literal, or an address others can reach
+  return true;
+}
+
 namespace {
 
+// The numeric addresses of `addrs`.
+std::vector<std::string> numeric_addresses(const AddrInfo& addrs) {
+  std::vector<std::string> out;
+  for (addrinfo* a = addrs.get(); a; a = a->ai_next) {
+    char text[NI_MAXHOST] = {};
+    if (::getnameinfo(a->ai_addr, a->ai_addrlen, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) == 0)
+      out.emplace_back(text);
+  }
+  return out;
+}
+
 // A socket of `socktype` bound to `host:port` (listening, for a stream), or to every address when
-// the name is not one of this machine's (NAT, a load balancer's name); `err` is the last errno.
+// the name is not one of this machine's (NAT, a load balancer's name) or is this machine's name
+// for a loopback address (`loopback_alias`); `err` is the last errno.
 Fd bind_on(const std::string& host, int port, int socktype, int& err) {
   auto try_bind = [&](const AddrInfo& addrs) -> Fd {
     for (addrinfo* a = addrs.get(); a; a = a->ai_next) {
@@ -156,7 +176,9 @@ Fd bind_on(const std::string& host, int port, int socktype, int& err) {
     }
     return Fd();
   };
-  Fd fd = try_bind(resolve(host, port, false, socktype));
+  AddrInfo addrs = resolve(host, port, false, socktype);
+  if (loopback_alias(host, numeric_addresses(addrs))) addrs = resolve("", port, true, socktype);
+  Fd fd = try_bind(addrs);
   if (!fd && err == EADDRNOTAVAIL) {
     err = 0;
     fd = try_bind(resolve("", port, true, socktype));

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace mirrored::detail::net {
 
@@ -47,8 +48,17 @@ std::pair<std::string, int> split_host_port(const std::string& address, const st
 Fd connect_until(const std::string& host, int port, Clock::time_point deadline, const std::string& who);
 
 /// A listening socket on `host:port` (the host's own address, or every address when it is not
-/// one of this machine's). \throws UnavailableError naming the address when the port is taken.
+/// one of this machine's, or when it is a name that this machine resolves to loopback addresses
+/// only: `loopback_alias`). \throws UnavailableError naming the address when the port is taken.
 Fd listen_on(const std::string& host, int port);
+
+/// Whether `host`, a name (not an address literal, not "localhost") whose addresses here are
+/// `addresses` (numeric), resolves to loopback addresses only. Debian's /etc/hosts maps a machine's
+/// own name to 127.0.1.1: the chief named so by a launcher (MASTER_ADDR=$(hostname)) would listen
+/// where only its own machine can reach it, while the other machines resolve the same name to its
+/// real address. A socket for such a name is bound to every address instead (as a launcher's own
+/// store does).
+bool loopback_alias(const std::string& host, const std::vector<std::string>& addresses);
 
 /// A UDP socket bound to `host` (every address when it is not one of this machine's), any free
 /// port (`bound_port`), non-blocking. \throws UnavailableError when none can be bound;
