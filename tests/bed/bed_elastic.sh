@@ -44,19 +44,11 @@ if [ -z "$torchrun" ]; then
   echo "bed_elastic: torchrun is not installed (Debian's python3-torch; scripts/install-deps.sh)"
   exit 77
 fi
-"$bed" check || exit 77
 program="$bin/tests/mirrored_bed_elastic_ids"
 [ -x "$program" ] || { echo "bed_elastic: $program is not built"; exit 1; }
-"$bed" clean
 started=$(date +%s.%N)
-MIRRORED_BED=$(MIRRORED_BED_OWNER=$$ "$bed" up 3)
-export MIRRORED_BED
-work=$(mktemp -d)
-cleanup() {
-  "$bed" down || true
-  [ -n "${BED_KEEP:-}" ] && echo "kept $work" || rm -rf "$work"
-}
-trap cleanup EXIT
+source "$here/tests/bed/bed_up.sh"
+bed_up 3
 
 peer_timeout=3 last_call=4
 # 600 ids, global batch 24: 25 steps per epoch, 100 in all; a checkpoint every 5 steps.
