@@ -7,6 +7,10 @@
 # a time (they mostly wait for heartbeats to stop); the other test presets leave them out (the
 # same code runs in the cluster tests there, under the sanitizers too).
 set(_bed "${CMAKE_CURRENT_SOURCE_DIR}/bed/bed_fault.sh")
+# The job of bed_elastic.sh: records every example id each replica consumes (tests/bed/elastic_ids.cpp).
+add_executable(mirrored_bed_elastic_ids bed/elastic_ids.cpp)
+target_link_libraries(mirrored_bed_elastic_ids PRIVATE mirrored::mirrored)
+mirrored_set_warnings(mirrored_bed_elastic_ids)
 function(mirrored_bed_test name)
   add_test(NAME bed.${name} COMMAND bash "${_bed}" "${PROJECT_BINARY_DIR}" ${ARGN})
   set_tests_properties(bed.${name} PROPERTIES LABELS "bed;cluster" SKIP_RETURN_CODE 77 TIMEOUT 120)
@@ -65,4 +69,12 @@ set_tests_properties(bed.a_job_that_lost_a_host_mid_save_resumes_bitwise_equal P
 add_test(NAME bed.torchrun_across_two_hosts_trains_and_restarts_to_the_weights_of_launch_sh
   COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/bed/bed_torchrun.sh" "${PROJECT_BINARY_DIR}")
 set_tests_properties(bed.torchrun_across_two_hosts_trains_and_restarts_to_the_weights_of_launch_sh PROPERTIES
+  LABELS "bed;cluster;launcher" SKIP_RETURN_CODE 77 TIMEOUT 240)
+# An elastic job under torchrun (--nnodes 2:3) on three hosts loses one mid-epoch: the survivors
+# fail fast, the agents re-form with 2 and the job resumes from its checkpoint and finishes, every
+# example id of every epoch consumed once, the global batch kept, the final loss within the noise
+# of uninterrupted runs (tests/bed/bed_elastic.sh; skipped without torchrun).
+add_test(NAME bed.an_elastic_torchrun_job_that_lost_a_host_reforms_and_consumes_every_example_once
+  COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/bed/bed_elastic.sh" "${PROJECT_BINARY_DIR}")
+set_tests_properties(bed.an_elastic_torchrun_job_that_lost_a_host_reforms_and_consumes_every_example_once PROPERTIES
   LABELS "bed;cluster;launcher" SKIP_RETURN_CODE 77 TIMEOUT 240)

@@ -43,16 +43,8 @@ while [ $# -gt 0 ]; do
   shift 2
 done
 
-"$bed" check || exit 77
-"$bed" clean  # what a killed earlier run left (never a bed of a run in progress)
-MIRRORED_BED=$(MIRRORED_BED_OWNER=$$ "$bed" up "$hosts")
-export MIRRORED_BED
-work=$(mktemp -d)
-cleanup() {
-  "$bed" down || true
-  [ -n "${BED_KEEP:-}" ] && echo "kept $work" || rm -rf "$work"
-}
-trap cleanup EXIT
+source "$here/tests/bed/bed_up.sh"
+bed_up "$hosts"
 
 workers=$((hosts * per_host))
 # A capped link is capped from the start.

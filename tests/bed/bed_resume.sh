@@ -21,12 +21,8 @@ while [ $# -gt 0 ]; do
   shift 2
 done
 
-"$bed" check || exit 77
-"$bed" clean
-MIRRORED_BED=$(MIRRORED_BED_OWNER=$$ "$bed" up "$hosts")
-export MIRRORED_BED
-work=$(mktemp -d)
-trap '"$bed" down || true; rm -rf "$work"' EXIT
+source "$here/tests/bed/bed_up.sh"
+bed_up "$hosts"
 
 cluster=$(for ((h = 0; h < hosts; h++)); do printf '"%s:2222",' "$("$bed" addr "$h")"; done)
 cluster=${cluster%,}

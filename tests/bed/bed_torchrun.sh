@@ -14,12 +14,8 @@ if [ -z "$torchrun" ]; then
   echo "bed_torchrun: torchrun is not installed (Debian's python3-torch; scripts/install-deps.sh)"
   exit 77
 fi
-"$bed" check || exit 77
-"$bed" clean
-MIRRORED_BED=$(MIRRORED_BED_OWNER=$$ "$bed" up 2)
-export MIRRORED_BED
-work=$(mktemp -d)
-trap '"$bed" down || true; rm -rf "$work"' EXIT
+source "$here/tests/bed/bed_up.sh"
+bed_up 2
 
 training=("$bin/train_digits" --strategy multi_worker --devices CPU:0 --epochs 2 --seed 3 --optimizer adam)
 
