@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <thread>
@@ -115,9 +116,18 @@ TEST_P(FailureTest, StallWarningIsLoggedBeforeTheDeadline) {
   MirroredStrategy s(cpus(n()));
   ::unsetenv("MIRRORED_STALL_WARN_S");
   const int last = n() - 1;
+  // The last replica comes 300 ms after every other has come, so that the warning of the one that
+  // came last among them (50 ms after it came) names the last replica alone, however late a loaded
+  // machine starts the others.
+  std::atomic<int> came{0};
   ::testing::internal::CaptureStderr();
   s.run([&] {
-    if (id() == last) std::this_thread::sleep_for(300ms);
+    if (id() == last) {
+      while (came.load() < last) std::this_thread::sleep_for(1ms);
+      std::this_thread::sleep_for(300ms);
+    } else {
+      came.fetch_add(1);
+    }
     get_replica_context()->all_reduce(ReduceOp::SUM, 1);
   });
   const std::string err = ::testing::internal::GetCapturedStderr();
