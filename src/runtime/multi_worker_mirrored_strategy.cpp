@@ -3,6 +3,7 @@
 #include "cluster/coordinator/multi_worker_runtime.hpp"
 #include "cluster/resolvers/tf_config.hpp"
 #include "collectives/ops_selection.hpp"
+#include "runtime/worker_gpus.hpp"
 #include "util/log.hpp"
 #include "util/timeline.hpp"
 
@@ -28,8 +29,10 @@ MultiWorkerSetup make_setup(const CommunicationOptions& o, std::shared_ptr<Clust
   mirrored::detail::timeline::set_worker(s.layout.rank, s.layout.num_workers);
   std::vector<Device> local;
   if (local_devices.empty()) {
-    local = list_logical_devices(DeviceType::GPU);
-    if (local.empty()) local.emplace_back(DeviceType::CPU, 0);
+    // This worker's share of its machine's GPUs: the other workers there take the rest.
+    local = default_worker_devices(
+        s.resolver->local_placement(),
+        s.layout.names.empty() ? std::string("this worker") : s.layout.names[static_cast<std::size_t>(s.layout.rank)]);
   } else {
     for (std::size_t i = 0; i < local_devices.size(); ++i) {
       const Device d = Device::parse(local_devices[i]);
