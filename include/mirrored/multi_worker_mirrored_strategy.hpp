@@ -46,7 +46,8 @@ class MultiWorkerMirroredStrategy : public Strategy {
   /// \throws InvalidArgumentError for a cluster that breaks TF's rules (naming the key), a
   /// `ps` or `evaluator` task, bad devices, workers with different numbers of replicas, or, without
   /// `local_devices`, GPUs that cannot be shared out among the workers of the machine (more
-  /// workers than GPUs, or a number that does not divide them);
+  /// workers than GPUs, or a number that does not divide them) or two workers of one machine that
+  /// took the same GPU (every worker alike, once joined);
   /// DeadlineExceededError when a worker does not join within the timeout (naming it);
   /// UnavailableError when the chief's port cannot be served.
   explicit MultiWorkerMirroredStrategy(CommunicationOptions communication_options = {},

@@ -15,6 +15,7 @@ struct MultiWorkerSetup {
   std::shared_ptr<ClusterResolver> resolver;
   ClusterLayout layout;
   std::vector<Device> devices;
+  std::vector<std::string> default_gpus;  // the machine's names of the GPUs taken by default
 };
 
 namespace {
@@ -30,9 +31,11 @@ MultiWorkerSetup make_setup(const CommunicationOptions& o, std::shared_ptr<Clust
   std::vector<Device> local;
   if (local_devices.empty()) {
     // This worker's share of its machine's GPUs: the other workers there take the rest.
-    local = default_worker_devices(
+    DefaultDevices mine = default_worker_devices(
         s.resolver->local_placement(),
         s.layout.names.empty() ? std::string("this worker") : s.layout.names[static_cast<std::size_t>(s.layout.rank)]);
+    local = std::move(mine.devices);
+    s.default_gpus = std::move(mine.gpu_names);
   } else {
     for (std::size_t i = 0; i < local_devices.size(); ++i) {
       const Device d = Device::parse(local_devices[i]);
@@ -83,7 +86,8 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(detail::cluster::MultiW
   if (layout.num_workers > 1) {
     try {
       runtime_ = std::make_shared<detail::cluster::MultiWorkerRuntime>(layout, extended().collective_timeout_seconds(),
-                                                                       extended().worker_devices(), o.implementation);
+                                                                       extended().worker_devices(), o.implementation,
+                                                                       setup.default_gpus);
     } catch (const InvalidArgumentError& e) {
       // Workers configured differently (a launcher's WORLD_SIZE that differs between them): the
       // message names the chief's cluster and this worker's; say which variables made this one's.

@@ -67,7 +67,27 @@ GpuShare share_of_gpus(const LocalPlacement& place, int gpus, const std::optiona
                   " is its own view")};
 }
 
-std::vector<Device> default_worker_devices(const LocalPlacement& place, const std::string& worker) {
+std::string machine_gpu_name(int ordinal, const std::optional<std::string>& cuda_visible_devices,
+                             const std::optional<std::string>& nvidia_visible_devices) {
+  std::string name = std::to_string(ordinal);
+  if (cuda_visible_devices) {
+    std::vector<std::string> entries{""};
+    for (char c : *cuda_visible_devices) {
+      if (c == ',')
+        entries.emplace_back();
+      else if (c != ' ')
+        entries.back() += c;
+    }
+    name = static_cast<std::size_t>(ordinal) < entries.size()
+               ? entries[static_cast<std::size_t>(ordinal)]
+               : str_cat(ordinal, " of CUDA_VISIBLE_DEVICES=", *cuda_visible_devices);
+  }
+  if (nvidia_visible_devices && *nvidia_visible_devices != "all")
+    name += str_cat(" of NVIDIA_VISIBLE_DEVICES=", *nvidia_visible_devices);
+  return name;
+}
+
+DefaultDevices default_worker_devices(const LocalPlacement& place, const std::string& worker) {
   const std::vector<Device> logical = list_logical_devices(DeviceType::GPU);
   // The physical GPUs in the order the process sees them, each with its logical GPUs.
   std::vector<int> chips;
@@ -81,18 +101,23 @@ std::vector<Device> default_worker_devices(const LocalPlacement& place, const st
     }
     on_chip[at].push_back(d);
   }
-  std::optional<std::string> visible;
-  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v) visible = v;
+  const auto env = [](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    return v && *v ? std::optional<std::string>(v) : std::nullopt;
+  };
+  const auto visible = env("CUDA_VISIBLE_DEVICES");
   const GpuShare share = share_of_gpus(place, static_cast<int>(chips.size()), visible, worker);
   if (share.count == 0) {
     MIRRORED_LOG(info, "MultiWorkerMirroredStrategy: ", worker, " runs on CPU:0: ", share.why);
-    return {Device(DeviceType::CPU, 0)};
+    return {{Device(DeviceType::CPU, 0)}, {}};
   }
-  std::vector<Device> out;
+  DefaultDevices out;
   std::string names;
   for (int c = share.first; c < share.first + share.count; ++c) {
-    for (const Device& d : on_chip[static_cast<std::size_t>(c)]) {
-      out.push_back(d);
+    const auto k = static_cast<std::size_t>(c);
+    out.gpu_names.push_back(machine_gpu_name(chips[k], visible, env("NVIDIA_VISIBLE_DEVICES")));
+    for (const Device& d : on_chip[k]) {
+      out.devices.push_back(d);
       names += (names.empty() ? "" : ", ") + d.short_name();
     }
   }

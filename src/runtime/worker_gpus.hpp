@@ -40,10 +40,27 @@ struct GpuShare {
 GpuShare share_of_gpus(const LocalPlacement& place, int gpus, const std::optional<std::string>& cuda_visible_devices,
                        const std::string& worker);
 
+/// How the machine names the physical GPU this process sees as `ordinal`, the same in every
+/// worker of the machine whatever its own view: its entry of `cuda_visible_devices` (an index, a
+/// `GPU-` UUID or a `MIG-` id, as the variable gives it) when set, else the ordinal; within the
+/// container's GPUs when `nvidia_visible_devices` (set by the NVIDIA container runtime) is set and
+/// not "all" ("0 of NVIDIA_VISIBLE_DEVICES=2,3"), so that workers of different containers never
+/// name different GPUs alike.
+std::string machine_gpu_name(int ordinal, const std::optional<std::string>& cuda_visible_devices,
+                             const std::optional<std::string>& nvidia_visible_devices);
+
+/// A worker's default devices.
+struct DefaultDevices {
+  std::vector<Device> devices;
+  /// `machine_gpu_name` of each physical GPU taken, for the workers' check that no two of one
+  /// machine took the same (cluster/coordinator/shared_gpus.hpp).
+  std::vector<std::string> gpu_names;
+};
+
 /// This worker's default devices: its share (`share_of_gpus`, with this process's
 /// CUDA_VISIBLE_DEVICES) of the physical GPUs it sees, each with all its logical GPUs, in order;
 /// `{CPU:0}` when it sees none. Logs at INFO which it took and why.
 /// \throws InvalidArgumentError as `share_of_gpus` does.
-std::vector<Device> default_worker_devices(const LocalPlacement& place, const std::string& worker);
+DefaultDevices default_worker_devices(const LocalPlacement& place, const std::string& worker);
 
 }  // namespace mirrored::detail

@@ -1,6 +1,9 @@
 // The GPUs a worker of MultiWorkerMirroredStrategy takes when given no local_devices
-// (runtime/worker_gpus.hpp): the rule over (local rank, local size, GPUs seen) case by case, and
-// workers started like torchrun's, on one machine with four simulated GPUs each, taking their shares.
+// (runtime/worker_gpus.hpp): the rule over (local rank, local size, GPUs seen) case by case, the
+// names a machine gives its GPUs and the workers' check that no two of one machine took the same
+// (cluster/coordinator/shared_gpus.hpp); and jobs of workers on one machine with simulated GPUs:
+// started like torchrun's, they take their shares; with TF_CONFIGs, which say nothing of machines,
+// they fail rather than share a GPU, unless CUDA_VISIBLE_DEVICES gives each its own.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,6 +14,7 @@
 
 #include <mirrored/mirrored.hpp>
 
+#include "cluster/coordinator/shared_gpus.hpp"
 #include "cluster/process_harness.hpp"
 #include "gtest_util.hpp"
 #include "runtime/worker_gpus.hpp"
@@ -133,6 +137,40 @@ TEST(WorkerGpus, APlaceThatIsNoneIsAnError) {
   }
 }
 
+TEST(WorkerGpus, AMachineNamesItsGpusAsCudaVisibleDevicesDoes) {
+  using detail::machine_gpu_name;
+  EXPECT_EQ(machine_gpu_name(0, std::nullopt, std::nullopt), "0");
+  EXPECT_EQ(machine_gpu_name(3, std::nullopt, std::nullopt), "3");
+  EXPECT_EQ(machine_gpu_name(0, "2,3", std::nullopt), "2");
+  EXPECT_EQ(machine_gpu_name(1, "2, 3", std::nullopt), "3");
+  EXPECT_EQ(machine_gpu_name(1, "GPU-8e1f,MIG-77aa", std::nullopt), "MIG-77aa");
+  EXPECT_EQ(machine_gpu_name(2, "5", std::nullopt), "2 of CUDA_VISIBLE_DEVICES=5");
+  // A container's GPUs are numbered within it.
+  EXPECT_EQ(machine_gpu_name(0, std::nullopt, "2,3"), "0 of NVIDIA_VISIBLE_DEVICES=2,3");
+  EXPECT_EQ(machine_gpu_name(0, "1", "all"), "1");
+}
+
+detail::cluster::WorkerInfo on(const std::string& host, const std::string& boot) {
+  detail::cluster::WorkerInfo w;
+  w.hostname = host;
+  w.boot_id = boot;
+  return w;
+}
+
+TEST(WorkerGpus, WorkersOfOneMachineThatTookTheSameGpuAreFound) {
+  using detail::cluster::first_shared_gpu;
+  using detail::cluster::SharedGpu;
+  const auto a = on("node0", "boot-a"), b = on("node1", "boot-b");
+  EXPECT_EQ(first_shared_gpu({a, a}, {{"0", "1"}, {"2", "3"}}), std::nullopt);
+  EXPECT_EQ(first_shared_gpu({a, a}, {{"0", "1"}, {"1", "2"}}), (SharedGpu{0, 1, "1"}));
+  EXPECT_EQ(first_shared_gpu({a, b}, {{"0"}, {"0"}}), std::nullopt);  // two machines
+  // The same host name on another kernel (a machine restarted, or another machine named alike).
+  EXPECT_EQ(first_shared_gpu({a, on("node0", "boot-c")}, {{"0"}, {"0"}}), std::nullopt);
+  EXPECT_EQ(first_shared_gpu({a, b, a, b}, {{"0"}, {"1"}, {"2"}, {"1"}}), (SharedGpu{1, 3, "1"}));
+  EXPECT_EQ(first_shared_gpu({a, b, a, b}, {{"0"}, {"5"}, {"0"}, {"5"}}), (SharedGpu{0, 2, "0"}));
+  EXPECT_EQ(first_shared_gpu({a, a, a}, {{}, {"0"}, {}}), std::nullopt);  // given devices are not compared
+}
+
 // Workers started like torchrun's two workers on one machine (its variables only), each seeing
 // four simulated GPUs: the chief takes GPU:0 and GPU:1, the other GPU:2 and GPU:3, and an
 // all-reduce over the four replicas sums 1 + 2 + 3 + 4.
@@ -182,6 +220,43 @@ TEST(WorkerGpusJob, MoreWorkersThanGpusOnAMachineFailAtOnceNamingThemselves) {
     EXPECT_THAT(job.output(r), HasSubstr(" is local worker " + std::to_string(r) +
                                          " of the 3 on its machine (torchrun's LOCAL_RANK=" + std::to_string(r) +
                                          ", LOCAL_WORLD_SIZE=3) but sees only 2 GPUs"));
+  }
+}
+
+// Workers with TF_CONFIGs (as tools/launch.sh starts them), each seeing the machine's two
+// simulated GPUs: each counts as alone on its machine and takes both, so once joined they find
+// they share them and fail alike, naming both.
+TEST(WorkerGpusJob, WorkersThatKnowNothingOfTheirMachineFailRatherThanShareAGpu) {
+  testing::Job job(2, {0, 1}, {MIRRORED_MW_WORKER, "default_devices", "--timeout", "60"},
+                   {{"MIRRORED_SIMULATED_GPUS", "2"}, {"CUDA_VISIBLE_DEVICES", ""}, {"NVIDIA_VISIBLE_DEVICES", ""}});
+  ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(job.code(r), 1) << job.outputs();
+    EXPECT_THAT(job.output(r),
+                HasSubstr("unexpected INVALID_ARGUMENT: MultiWorkerMirroredStrategy: worker 0 (" + job.addresses()[0] +
+                          ") and worker 1 (" + job.addresses()[1] + ") run on one machine ("))
+        << job.outputs();
+    EXPECT_THAT(job.output(r), HasSubstr(") and both took its GPU 0 by default"));
+  }
+}
+
+// The same workers, each given a GPU of its own by CUDA_VISIBLE_DEVICES: each takes it, and the
+// machine's names of their GPUs (1 and 0) differ.
+TEST(WorkerGpusJob, WorkersWithViewsOfTheirOwnKeepTheirGpus) {
+  std::vector<std::string> addresses;
+  for (int r = 0; r < 2; ++r) addresses.push_back("127.0.0.1:" + std::to_string(testing::free_port()));
+  std::vector<std::map<std::string, std::string>> per;
+  for (int r = 0; r < 2; ++r) {
+    per.push_back({{"TF_CONFIG", testing::tf_config(addresses, r)},
+                   {"CUDA_VISIBLE_DEVICES", std::to_string(1 - r)},
+                   {"MIRRORED_SIMULATED_GPUS", "1"},
+                   {"NVIDIA_VISIBLE_DEVICES", ""}});
+  }
+  testing::Job job(per, {MIRRORED_MW_WORKER, "default_devices", "--timeout", "60"});
+  ASSERT_TRUE(job.wait(kJobSeconds)) << job.outputs();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(job.code(r), 0) << job.outputs();
+    EXPECT_THAT(job.output(r), HasSubstr("worker " + std::to_string(r) + " devices GPU:0\n"));
   }
 }
 
