@@ -11,9 +11,10 @@
 //
 // --strategy multi_worker trains with MultiWorkerMirroredStrategy over the workers of whichever
 // launcher started it (cluster_resolver_from_environment: TF_CONFIG as tools/launch.sh sets it,
-// torchrun, mpirun, srun; docs/multi_worker.md); --devices are each worker's own replicas; only
-// the chief saves. A worker that ends because a peer was lost (UNAVAILABLE, DEADLINE_EXCEEDED)
-// exits with status 75, as a preempted one does, so that the launcher restarts the job.
+// torchrun, mpirun, srun; docs/multi_worker.md); --devices are each worker's own replicas (by
+// default its share of its machine's GPUs); only the chief saves. A worker that ends because a peer was lost
+// (UNAVAILABLE, DEADLINE_EXCEEDED) exits with status 75, as a preempted one does, so that the launcher restarts the
+// job.
 // --timeline writes a Chrome-trace / Perfetto timeline of the training (docs/timeline.md); each worker
 // of a multi-worker job writes its own file (trace.worker<k>.json).
 // --verbose prints, per replica device, what crossed between the host and the device during
@@ -89,7 +90,9 @@ int main(int argc, char** argv) {
       mirrored::timeline::start(args.distribution.timeline);  // after the strategy: its file name
     std::printf("training on %zu examples, holding out %zu; %d replicas (", static_cast<size_t>(split.train.size()),
                 static_cast<size_t>(split.test.size()), strategy.num_replicas_in_sync());
-    for (std::size_t i = 0; i < args.devices.size(); ++i) std::printf("%s%s", i ? ", " : "", args.devices[i].c_str());
+    const auto replicas = strategy.extended().worker_devices();
+    for (std::size_t i = 0; i < replicas.size(); ++i)
+      std::printf("%s%s", i ? ", " : "", replicas[i].short_name().c_str());
     std::printf("), global batch %lld, %s", static_cast<long long>(args.cfg.global_batch), args.cfg.optimizer.c_str());
     if (args.cfg.accumulate > 1)
       std::printf(", %d micro-batches of %lld per step", args.cfg.accumulate,

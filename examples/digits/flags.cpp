@@ -29,7 +29,9 @@ Args parse_args(int argc, char** argv) {
   auto dflt = [](const std::string& text, const auto& value) { return examples::with_default(text, value); };
   std::string devices;
   app.add_option("--devices", devices,
-                 "Comma-separated replica devices, e.g. CPU:0,CPU:1 (default: every GPU, else CPU:0,CPU:1)")
+                 "Comma-separated replica devices, e.g. CPU:0,CPU:1 (default: every GPU, else CPU:0,CPU:1; with "
+                 "--strategy multi_worker, this worker's share of its machine's GPUs: worker r of the n a launcher "
+                 "started there takes the r-th of n equal shares)")
       ->type_name("LIST");
   app.add_option("--epochs", a.cfg.epochs, dflt("Passes over the training set", a.cfg.epochs))
       ->type_name("N")
@@ -85,10 +87,14 @@ Args parse_args(int argc, char** argv) {
     examples::reject_extras(app);
     a.cfg.compression = a.distribution.compression_kind();
     if (devices.empty()) {
-      // All GPUs, else two CPU replicas.
-      for (const auto& d : mirrored::list_logical_devices(mirrored::DeviceType::GPU))
-        a.devices.push_back(d.short_name());
-      if (a.devices.empty()) a.devices = {"CPU:0", "CPU:1"};
+      // All GPUs, else two CPU replicas. A worker of several leaves its GPUs to the strategy, which
+      // gives it its share of its machine's (empty: MultiWorkerMirroredStrategy's default).
+      const auto gpus = mirrored::list_logical_devices(mirrored::DeviceType::GPU);
+      if (gpus.empty()) {
+        a.devices = {"CPU:0", "CPU:1"};
+      } else if (a.distribution.strategy != "multi_worker") {
+        for (const auto& d : gpus) a.devices.push_back(d.short_name());
+      }
     } else {
       a.devices = examples::split_list(devices);
     }

@@ -40,6 +40,25 @@ struct ClusterSpec {
   friend bool operator==(const ClusterSpec&, const ClusterSpec&) = default;
 };
 
+/// Beyond TF: where a worker (process) stands among the workers its launcher started on the same
+/// machine, as the launcher says (torchrun's `LOCAL_RANK` and `LOCAL_WORLD_SIZE`, MPI's local rank
+/// and size, Slurm's `SLURM_LOCALID` and tasks on the node). `MultiWorkerMirroredStrategy` divides
+/// the machine's GPUs among its workers by it when no `local_devices` are given
+/// (docs/multi_worker.md, "GPUs of a machine with several workers").
+struct LocalPlacement {
+  /// This worker's index among the workers of its machine, from 0.
+  int local_rank = 0;
+  /// The number of workers on its machine (1: alone, or the launcher does not say).
+  int local_size = 1;
+  /// The GPUs the launcher gave each worker of the machine as a view of its own (Slurm's
+  /// `--gpus-per-task`, which binds each task to its GPUs); 0 when it does not say.
+  int gpus_per_worker = 0;
+  /// The variables it comes from, for messages ("torchrun's LOCAL_RANK=1, LOCAL_WORLD_SIZE=2");
+  /// empty for the default.
+  std::string source;
+  friend bool operator==(const LocalPlacement&, const LocalPlacement&) = default;
+};
+
 /// What every resolver answers: the cluster, and this task's type and index in it.
 class ClusterResolver {
  public:
@@ -56,6 +75,10 @@ class ClusterResolver {
   /// variables (RANK=1, WORLD_SIZE=2, MASTER_ADDR=node0, MASTER_PORT=29500)"). Default: "the
   /// cluster resolver".
   virtual std::string source() const;
+  /// Beyond TF: this worker's place among the workers of its machine. Default: `{0, 1}` (alone on
+  /// its machine, as far as the resolver knows: `TFConfigClusterResolver` and
+  /// `SimpleClusterResolver` keep it; TF_CONFIG says nothing of machines).
+  virtual LocalPlacement local_placement() const;
 };
 
 namespace detail {
@@ -68,6 +91,7 @@ class SettledClusterResolver : public ClusterResolver {
   int task_id() const override { return task_id_; }
   std::string rpc_layer() const override { return rpc_layer_; }
   std::string source() const override { return source_.empty() ? ClusterResolver::source() : source_; }
+  LocalPlacement local_placement() const override { return local_; }
 
  protected:
   SettledClusterResolver() = default;
@@ -82,6 +106,7 @@ class SettledClusterResolver : public ClusterResolver {
   int task_id_ = 0;
   std::string rpc_layer_;
   std::string source_;  // empty: the default
+  LocalPlacement local_;
 };
 }  // namespace detail
 
@@ -112,11 +137,14 @@ class SimpleClusterResolver : public detail::SettledClusterResolver {
 /// `SLURM_JOB_NODELIST`, in Slurm's compressed form such as `node[01-03,7]`), placed per
 /// `SLURM_STEP_TASKS_PER_NODE` (such as `2(x3),1`), are assigned in rank order to `jobs` (job
 /// name → number of tasks; default: every task a "worker"); this process is task
-/// `SLURM_PROCID`. Task k on a node listens on `port_base + k`.
+/// `SLURM_PROCID`. Task k on a node listens on `port_base + k`. Its `local_placement()`: task
+/// `SLURM_LOCALID` of the tasks of its node, and `SLURM_GPUS_PER_TASK` GPUs per task when set.
 class SlurmClusterResolver : public detail::SettledClusterResolver {
  public:
-  /// \throws InvalidArgumentError when a needed variable is missing or malformed (naming it), or
-  /// when `jobs` does not account for exactly the step's tasks.
+  /// \throws InvalidArgumentError when a needed variable is missing or malformed (naming it), when
+  /// `jobs` does not account for exactly the step's tasks, or when `SLURM_LOCALID` is not this
+  /// task's place in the blocks of tasks the cluster spec deals to the nodes (a step distributed
+  /// other than `--distribution=block`, whose tasks would get the addresses of others).
   explicit SlurmClusterResolver(std::map<std::string, int> jobs = {}, int port_base = 8888,
                                 std::string rpc_layer = "grpc");
 };
@@ -125,7 +153,9 @@ namespace detail {
 /// What the launchers' resolvers below share: a cluster of `size` "worker" tasks whose chief (rank
 /// 0) serves the job's store on the rendezvous address (`MIRRORED_MASTER_ADDR`, else
 /// `MASTER_ADDR`, and `MIRRORED_MASTER_PORT`, else `MASTER_PORT`) and whose other workers' addresses
-/// are empty; this worker's rank, and its place among the workers of its machine.
+/// are empty; this worker's rank, and its place among the workers of its machine
+/// (`local_placement()`: the default `{0, 1}` unless the launcher names both the local rank and
+/// the local size).
 class LauncherClusterResolver : public SettledClusterResolver {
  protected:
   /// Reads the rank, the size, the local rank and the local size from the variables named (where a
@@ -136,8 +166,8 @@ class LauncherClusterResolver : public SettledClusterResolver {
                           std::initializer_list<const char*> size, std::initializer_list<const char*> local_rank,
                           std::initializer_list<const char*> local_size, std::string rpc_layer);
 
-  int local_rank_ = 0;
-  int local_size_ = 1;
+  int local_rank_ = 0;  // as the launcher says it (0 when unset)
+  int local_size_ = 1;  // as the launcher says it (1 when unset)
 };
 }  // namespace detail
 
@@ -147,7 +177,7 @@ class LauncherClusterResolver : public SettledClusterResolver {
 /// serves the job's store on `MASTER_ADDR:MASTER_PORT` (`MIRRORED_MASTER_ADDR` and
 /// `MIRRORED_MASTER_PORT`, when set, take their place); the other workers' addresses are empty in
 /// the cluster spec (each publishes its own when it joins). `LOCAL_RANK` and `LOCAL_WORLD_SIZE`
-/// (this worker among those of its machine) and `TORCHELASTIC_RESTART_COUNT` (how often the agent
+/// (this worker among those of its machine: `local_placement()`) and `TORCHELASTIC_RESTART_COUNT` (how often the agent
 /// restarted the job) are read when set. `WORLD_SIZE` 1 is a single local worker (no address needed).
 class TorchrunClusterResolver : public detail::LauncherClusterResolver {
  public:
@@ -171,7 +201,8 @@ class TorchrunClusterResolver : public detail::LauncherClusterResolver {
 /// (rank 0 the chief): Open MPI's `mpirun` (`OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`,
 /// `OMPI_COMM_WORLD_LOCAL_RANK`, `OMPI_COMM_WORLD_LOCAL_SIZE`), PMIx launchers (`PMIX_RANK`, with
 /// Open MPI's size), MPICH's and Intel MPI's Hydra (`PMI_RANK`, `PMI_SIZE`, `MPI_LOCALRANKID`,
-/// `MPI_LOCALNRANKS`). Where several of these are set they must agree. MPI launchers name no
+/// `MPI_LOCALNRANKS`; the local ones make `local_placement()`). Where several of these are set
+/// they must agree. MPI launchers name no
 /// address: rank 0 serves the job's store on `MIRRORED_MASTER_ADDR:MIRRORED_MASTER_PORT` (else
 /// `MASTER_ADDR:MASTER_PORT`), passed on by the launcher (`mpirun -x MASTER_ADDR=node0 -x
 /// MASTER_PORT=29500`); the other workers' addresses are empty in the cluster spec. No MPI is

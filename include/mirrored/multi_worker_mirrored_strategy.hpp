@@ -39,10 +39,15 @@ class MultiWorkerMirroredStrategy : public Strategy {
   /// for the other workers) instead of `MIRRORED_COLLECTIVE_TIMEOUT_S`; `implementation` RING
   /// forces Gloo over TCP between workers (AUTO: shared memory between workers of one host);
   /// NCCL needs GPU replicas. `cluster_resolver` defaults to a `TFConfigClusterResolver`; an
-  /// empty cluster is a single local worker. `local_devices`: this worker's replicas (empty:
-  /// every GPU, else CPU:0).
+  /// empty cluster is a single local worker. `local_devices`: this worker's replicas (empty: its
+  /// share of its machine's GPUs, else CPU:0 — with several workers on one machine, as the
+  /// resolver's `local_placement()` says, worker r of n takes the r-th of n equal shares of the
+  /// GPUs it sees; docs/multi_worker.md, "GPUs of a machine with several workers").
   /// \throws InvalidArgumentError for a cluster that breaks TF's rules (naming the key), a
-  /// `ps` or `evaluator` task, bad devices, or workers with different numbers of replicas;
+  /// `ps` or `evaluator` task, bad devices, workers with different numbers of replicas, or, without
+  /// `local_devices`, GPUs that cannot be shared out among the workers of the machine (more
+  /// workers than GPUs, or a number that does not divide them) or two workers of one machine that
+  /// took the same GPU (every worker alike, once joined);
   /// DeadlineExceededError when a worker does not join within the timeout (naming it);
   /// UnavailableError when the chief's port cannot be served.
   explicit MultiWorkerMirroredStrategy(CommunicationOptions communication_options = {},

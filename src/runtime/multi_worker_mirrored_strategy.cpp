@@ -3,6 +3,7 @@
 #include "cluster/coordinator/multi_worker_runtime.hpp"
 #include "cluster/resolvers/tf_config.hpp"
 #include "collectives/ops_selection.hpp"
+#include "runtime/worker_gpus.hpp"
 #include "util/log.hpp"
 #include "util/timeline.hpp"
 
@@ -14,6 +15,7 @@ struct MultiWorkerSetup {
   std::shared_ptr<ClusterResolver> resolver;
   ClusterLayout layout;
   std::vector<Device> devices;
+  std::vector<std::string> default_gpus;  // the machine's names of the GPUs taken by default
 };
 
 namespace {
@@ -28,8 +30,12 @@ MultiWorkerSetup make_setup(const CommunicationOptions& o, std::shared_ptr<Clust
   mirrored::detail::timeline::set_worker(s.layout.rank, s.layout.num_workers);
   std::vector<Device> local;
   if (local_devices.empty()) {
-    local = list_logical_devices(DeviceType::GPU);
-    if (local.empty()) local.emplace_back(DeviceType::CPU, 0);
+    // This worker's share of its machine's GPUs: the other workers there take the rest.
+    DefaultDevices mine = default_worker_devices(
+        s.resolver->local_placement(),
+        s.layout.names.empty() ? std::string("this worker") : s.layout.names[static_cast<std::size_t>(s.layout.rank)]);
+    local = std::move(mine.devices);
+    s.default_gpus = std::move(mine.gpu_names);
   } else {
     for (std::size_t i = 0; i < local_devices.size(); ++i) {
       const Device d = Device::parse(local_devices[i]);
@@ -80,7 +86,8 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(detail::cluster::MultiW
   if (layout.num_workers > 1) {
     try {
       runtime_ = std::make_shared<detail::cluster::MultiWorkerRuntime>(layout, extended().collective_timeout_seconds(),
-                                                                       extended().worker_devices(), o.implementation);
+                                                                       extended().worker_devices(), o.implementation,
+                                                                       setup.default_gpus);
     } catch (const InvalidArgumentError& e) {
       // Workers configured differently (a launcher's WORLD_SIZE that differs between them): the
       // message names the chief's cluster and this worker's; say which variables made this one's.

@@ -13,7 +13,8 @@
 // big (N all-reduces of --elements floats, each timed: slow links must not look like lost peers),
 // agreement_loop (mw_uneven.cpp: steps of a distributed dataset until a fault from outside ends them),
 // uneven (mw_uneven.cpp: uneven input ends together), uneven_failure (worker K's input pipeline throws at
-// step N), uneven_mismatch (worker 0 takes a step while the others all-reduce), hello (prints and exits).
+// step N), uneven_mismatch (worker 0 takes a step while the others all-reduce), default_devices (the
+// devices a worker takes when given none, printed, and an all-reduce on them), hello (prints and exits).
 #include <signal.h>
 #include <unistd.h>
 
@@ -666,6 +667,25 @@ int leave_early(const Args& a) {
   return 3;
 }
 
+// The strategy's default devices (no local_devices: this worker's share of its machine's GPUs),
+// printed as "worker K devices GPU:0,GPU:1", and an all-reduce over every worker's replicas on them.
+int default_devices(const Args& a) {
+  MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment());
+  std::string names;
+  for (const auto& d : s.extended().worker_devices()) names += (names.empty() ? "" : ",") + d.short_name();
+  std::cout << "worker " << s.extended().worker_index() << " devices " << names << std::endl;
+  const int N = s.num_replicas_in_sync();
+  const auto sums = s.run([] {
+    ReplicaContext* ctx = get_replica_context();
+    const auto g = static_cast<float>(ctx->replica_id_in_sync_group());
+    return ctx->all_reduce(ReduceOp::SUM, Tensor<float>::full({3}, g + 1)).to_vector();
+  });
+  for (const auto& v : s.experimental_local_results(sums))
+    CHECK(v == std::vector<float>(3, static_cast<float>(N * (N + 1) / 2)), v[0]);
+  if (g_failures == 0) std::cout << "OK worker " << s.extended().worker_index() << std::endl;
+  return g_failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -689,6 +709,7 @@ int main(int argc, char** argv) {
     if (a.scenario == "late_leader") return late_leader(a);
     if (a.scenario == "skip") return skip(a);
     if (a.scenario == "wrong_call") return wrong_call(a);
+    if (a.scenario == "default_devices") return default_devices(a);
     if (a.scenario == "hello") {
       MultiWorkerMirroredStrategy s(options(a.timeout), cluster_resolver_from_environment(), cpus(a.replicas));
       std::cout << "hello from worker " << s.extended().worker_index() << " of " << s.extended().num_workers()

@@ -50,6 +50,8 @@ const std::vector<std::string> kLauncherVariables{"TF_CONFIG",
                                                   "SLURM_JOB_NODELIST",
                                                   "SLURM_STEP_TASKS_PER_NODE",
                                                   "SLURM_TASKS_PER_NODE",
+                                                  "SLURM_LOCALID",
+                                                  "SLURM_GPUS_PER_TASK",
                                                   "MIRRORED_SLURM_PORT_BASE"};
 
 testing::ScopedEnvironment only(const Vars& vars) { return testing::ScopedEnvironment(kLauncherVariables, vars); }
@@ -92,6 +94,15 @@ TEST(TorchrunResolver, ReadsTorchrunsVariables) {
   EXPECT_EQ(r.restart_count(), 2);
   EXPECT_EQ(r.rpc_layer(), "");
   EXPECT_EQ(r.source(), "torchrun's variables (RANK=1, WORLD_SIZE=3, MASTER_ADDR=node0, MASTER_PORT=29500)");
+  EXPECT_EQ(r.local_placement(), (LocalPlacement{1, 3, 0, "torchrun's LOCAL_RANK=1, LOCAL_WORLD_SIZE=3"}));
+}
+
+TEST(TorchrunResolver, ALocalRankWithoutTheLocalSizeLeavesTheDefaultPlace) {
+  // torch.distributed.launch before torchrun set LOCAL_RANK only: how many share the machine is unknown.
+  auto env = only(changed(kTorchrun, {{"LOCAL_WORLD_SIZE", ""}}));
+  TorchrunClusterResolver r;
+  EXPECT_EQ(r.local_rank(), 1);
+  EXPECT_EQ(r.local_placement(), LocalPlacement{});
 }
 
 TEST(TorchrunResolver, TheMirroredVariablesTakeThePlaceOfMasterAddrAndPort) {
@@ -117,6 +128,7 @@ TEST(TorchrunResolver, OneWorkerNeedsNoAddressAndTheLocalVariablesAreOptional) {
   EXPECT_EQ(r.local_rank(), 0);
   EXPECT_EQ(r.local_world_size(), 1);
   EXPECT_EQ(r.restart_count(), 0);
+  EXPECT_EQ(r.local_placement(), LocalPlacement{});
 }
 
 TEST(TorchrunResolver, PartialOrInconsistentVariablesNameThem) {
@@ -169,6 +181,8 @@ TEST(MpiResolver, ReadsOpenMpisVariables) {
   EXPECT_EQ(r.task_id(), 1);
   EXPECT_EQ(r.local_rank(), 1);
   EXPECT_EQ(r.local_size(), 2);
+  EXPECT_EQ(r.local_placement(),
+            (LocalPlacement{1, 2, 0, "MPI's OMPI_COMM_WORLD_LOCAL_RANK=1, OMPI_COMM_WORLD_LOCAL_SIZE=2"}));
   EXPECT_EQ(r.source(),
             "MPI's variables (OMPI_COMM_WORLD_RANK=1, PMIX_RANK=1, OMPI_COMM_WORLD_SIZE=4, MASTER_ADDR=head, "
             "MASTER_PORT=29500)");
@@ -177,15 +191,16 @@ TEST(MpiResolver, ReadsOpenMpisVariables) {
 TEST(MpiResolver, ReadsHydrasVariables) {
   auto env = only({{"PMI_RANK", "2"},
                    {"PMI_SIZE", "3"},
-                   {"MPI_LOCALRANKID", "0"},
-                   {"MPI_LOCALNRANKS", "1"},
+                   {"MPI_LOCALRANKID", "1"},
+                   {"MPI_LOCALNRANKS", "2"},
                    {"MIRRORED_MASTER_ADDR", "10.1.1.1"},
                    {"MIRRORED_MASTER_PORT", "7000"}});
   MPIClusterResolver r;
   EXPECT_EQ(r.cluster_spec(), workers({"10.1.1.1:7000", "", ""}));
   EXPECT_EQ(r.task_id(), 2);
-  EXPECT_EQ(r.local_rank(), 0);
-  EXPECT_EQ(r.local_size(), 1);
+  EXPECT_EQ(r.local_rank(), 1);
+  EXPECT_EQ(r.local_size(), 2);
+  EXPECT_EQ(r.local_placement(), (LocalPlacement{1, 2, 0, "MPI's MPI_LOCALRANKID=1, MPI_LOCALNRANKS=2"}));
   EXPECT_EQ(r.source(),
             "MPI's variables (PMI_RANK=2, PMI_SIZE=3, MIRRORED_MASTER_ADDR=10.1.1.1, MIRRORED_MASTER_PORT=7000)");
 }
@@ -346,6 +361,71 @@ TEST(ClusterResolverFromEnvironment, PartialVariablesAreErrorsNotASingleWorker) 
                 pick({{"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "0"}});
               }),
               HasSubstr("SlurmClusterResolver: SLURM_STEP_NUM_TASKS or SLURM_NTASKS is not set"));
+}
+
+// A Slurm step's task: its place among the tasks of its node, and the GPUs each task was given.
+const Vars kTwoNodesOfTwoTasks{{"SLURM_STEP_ID", "0"},
+                               {"SLURM_PROCID", "3"},
+                               {"SLURM_LOCALID", "1"},
+                               {"SLURM_STEP_NUM_TASKS", "4"},
+                               {"SLURM_STEP_NODELIST", "n[1-2]"},
+                               {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}};
+
+LocalPlacement slurm_placement(const Vars& vars) {
+  auto env = only(vars);
+  return SlurmClusterResolver().local_placement();
+}
+
+TEST(SlurmResolver, ATasksPlaceIsItsLocalIdAmongTheTasksOfItsNode) {
+  EXPECT_EQ(slurm_placement(kTwoNodesOfTwoTasks),
+            (LocalPlacement{1, 2, 0, "Slurm's SLURM_LOCALID=1, SLURM_STEP_TASKS_PER_NODE=2(x2)"}));
+  EXPECT_EQ(slurm_placement(changed(kTwoNodesOfTwoTasks, {{"SLURM_PROCID", "2"}, {"SLURM_LOCALID", "0"}})),
+            (LocalPlacement{0, 2, 0, "Slurm's SLURM_LOCALID=0, SLURM_STEP_TASKS_PER_NODE=2(x2)"}));
+  // Nodes with different numbers of tasks: task 3 is the only one of the second node.
+  EXPECT_EQ(
+      slurm_placement(changed(kTwoNodesOfTwoTasks, {{"SLURM_STEP_TASKS_PER_NODE", "3,1"}, {"SLURM_LOCALID", "0"}})),
+      (LocalPlacement{0, 1, 0, "Slurm's SLURM_LOCALID=0, SLURM_STEP_TASKS_PER_NODE=3,1"}));
+  // Without SLURM_LOCALID (and from the job's variables): the place in the blocks of the node list.
+  EXPECT_EQ(slurm_placement(changed(kTwoNodesOfTwoTasks, {{"SLURM_LOCALID", ""},
+                                                          {"SLURM_PROCID", "1"},
+                                                          {"SLURM_STEP_NUM_TASKS", ""},
+                                                          {"SLURM_NTASKS", "4"},
+                                                          {"SLURM_STEP_TASKS_PER_NODE", ""},
+                                                          {"SLURM_TASKS_PER_NODE", "2(x2)"}})),
+            (LocalPlacement{1, 2, 0, "Slurm's SLURM_PROCID=1, SLURM_TASKS_PER_NODE=2(x2)"}));
+}
+
+TEST(SlurmResolver, GpusPerTaskAreEachTasksOwn) {
+  for (const auto& [text, count] :
+       std::vector<std::pair<std::string, int>>{{"2", 2}, {"a100:2", 2}, {"a100:1,v100:1", 2}, {"0", 0}}) {
+    EXPECT_EQ(
+        slurm_placement(changed(kTwoNodesOfTwoTasks, {{"SLURM_GPUS_PER_TASK", text}})),
+        (LocalPlacement{1, 2, count,
+                        "Slurm's SLURM_LOCALID=1, SLURM_STEP_TASKS_PER_NODE=2(x2), SLURM_GPUS_PER_TASK=" + text}));
+  }
+  EXPECT_THAT(launcher_error<SlurmClusterResolver>(changed(kTwoNodesOfTwoTasks, {{"SLURM_GPUS_PER_TASK", "two"}})),
+              HasSubstr("SlurmClusterResolver: SLURM_GPUS_PER_TASK has a malformed number 'two'"));
+  EXPECT_THAT(launcher_error<SlurmClusterResolver>(changed(kTwoNodesOfTwoTasks, {{"SLURM_LOCALID", "x"}})),
+              HasSubstr("SlurmClusterResolver: SLURM_LOCALID has a malformed number 'x'"));
+}
+
+TEST(SlurmResolver, TasksNotDealtToTheNodesInBlocksAreAnError) {
+  // srun --distribution=cyclic: task 1 is the first of the second node, where the cluster spec
+  // (TF's, in blocks) puts task 2; it would listen on n1's address.
+  EXPECT_EQ(launcher_error<SlurmClusterResolver>(
+                changed(kTwoNodesOfTwoTasks, {{"SLURM_PROCID", "1"}, {"SLURM_LOCALID", "0"}})),
+            "SlurmClusterResolver: SLURM_LOCALID=0 but task SLURM_PROCID=1 is task 1 of n1 in "
+            "SLURM_STEP_TASKS_PER_NODE ('2(x2)'): the step's tasks are not dealt to its nodes in blocks, as the "
+            "cluster spec (TF's) deals them, so this task would get another's address; run the step with srun "
+            "--distribution=block");
+}
+
+TEST(ClusterResolverFromEnvironment, TfConfigSaysNothingOfMachines) {
+  const auto p =
+      pick({{"TF_CONFIG", R"({"cluster": {"worker": ["a:1", "a:2"]}, "task": {"type": "worker", "index": 1}})"},
+            {"LOCAL_RANK", "1"},
+            {"LOCAL_WORLD_SIZE", "2"}});
+  EXPECT_EQ(p.resolver->local_placement(), LocalPlacement{});
 }
 
 // A launcher that names only the chief: the others' addresses are empty.

@@ -183,6 +183,7 @@ TEST(Resolvers, SlurmResolverDealsTasksInRankOrder) {
   ScopedEnv b("SLURM_STEP_NUM_TASKS", "4");
   ScopedEnv c("SLURM_STEP_NODELIST", "n[1-2]");
   ScopedEnv d("SLURM_STEP_TASKS_PER_NODE", "2(x2)");
+  ScopedEnv e("SLURM_LOCALID", nullptr);  // this process may itself run in a Slurm step
   SlurmClusterResolver all;
   EXPECT_EQ(all.cluster_spec().job_tasks("worker"),
             (std::vector<std::string>{"n1:8888", "n1:8889", "n2:8888", "n2:8889"}));
@@ -208,6 +209,9 @@ TEST(MultiWorkerStrategy, WithoutTfConfigItIsOneLocalWorker) {
   EXPECT_TRUE(s.extended().should_checkpoint());
   EXPECT_TRUE(s.extended().should_save_summary());
   EXPECT_EQ(s.cluster_resolver().task_type(), "");
+  EXPECT_EQ(s.cluster_resolver().local_placement(), LocalPlacement{});  // TF_CONFIG says nothing of machines
+  EXPECT_EQ(SimpleClusterResolver(spec({{"worker", {"a:1", "a:2"}}}), "worker", 1).local_placement(),
+            (LocalPlacement{0, 1, 0, ""}));
   auto out = s.run([] { return get_replica_context()->all_reduce(ReduceOp::SUM, 2.0f); });
   EXPECT_EQ(out[0], 4.0f);
   EXPECT_EQ(s.reduce(ReduceOp::SUM, out, std::nullopt), 8.0f);

@@ -189,6 +189,40 @@ TEST_P(LogicalGpus, TrainingGivesTheHostsWeights) {
 INSTANTIATE_TEST_SUITE_P(OnGpuZero, LogicalGpus, ::testing::Values(2, 4),
                          [](const auto& info) { return std::to_string(info.param) + "logical"; });
 
+// A resolver of one local worker that says it is `place` among the workers of its machine.
+class PlacedResolver : public ClusterResolver {
+ public:
+  explicit PlacedResolver(LocalPlacement place) : place_(std::move(place)) {}
+  ClusterSpec cluster_spec() const override { return {}; }
+  std::string task_type() const override { return ""; }
+  int task_id() const override { return 0; }
+  LocalPlacement local_placement() const override { return place_; }
+
+ private:
+  LocalPlacement place_;
+};
+
+std::vector<std::string> default_devices_of(const LocalPlacement& place) {
+  MultiWorkerMirroredStrategy s(CommunicationOptions{}, std::make_shared<PlacedResolver>(place));
+  std::vector<std::string> out;
+  for (const auto& d : s.extended().worker_devices()) out.push_back(d.short_name());
+  return out;
+}
+
+// The machine's workers share out its physical GPUs, each with every logical GPU split from it:
+// the first half of them takes GPU 0's four logical GPUs, the second half never one of them.
+TEST(LogicalGpuSplit, WorkersOfAMachineShareOutPhysicalGpus) {
+  const int physical = detail::gpu_runtime().physical_gpu_count();
+  if (physical < 2 || physical % 2 != 0) GTEST_SKIP() << "needs an even number of GPUs, this process sees " << physical;
+  // Chip 0 is logical GPUs 0-3; chip c >= 1 is logical GPU kSplit - 1 + c.
+  std::vector<std::string> first = specs("GPU", kSplit), second;
+  for (int c = 1; c < physical / 2; ++c) first.push_back("GPU:" + std::to_string(kSplit - 1 + c));
+  for (int c = physical / 2; c < physical; ++c) second.push_back("GPU:" + std::to_string(kSplit - 1 + c));
+  EXPECT_EQ(default_devices_of({0, 2, 0, "test's"}), first);
+  EXPECT_EQ(default_devices_of({1, 2, 0, "test's"}), second);
+  EXPECT_EQ(default_devices_of({}), specs("GPU", kSplit + physical - 1));  // alone: every logical GPU
+}
+
 TEST(LogicalGpuSplit, CannotChangeOnceGpusAreUsed) {
   if (list_logical_devices(DeviceType::GPU).empty()) GTEST_SKIP() << "no GPU visible to this process";
   (void)Tensor<float>::zeros({1}, Device(DeviceType::GPU, 0));

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <optional>
 
+#include "cluster/coordinator/shared_gpus.hpp"
 #include "collectives/collective_group.hpp"
 #include "collectives/collective_helpers.hpp"
 #include "collectives/packing.hpp"
@@ -146,13 +147,16 @@ void divide_all(const std::vector<UntypedTensor>& outs, int64_t n) {
 }  // namespace
 
 MultiWorkerRuntime::MultiWorkerRuntime(const ClusterLayout& layout, double timeout_s, const std::vector<Device>& local,
-                                       CommunicationImplementation implementation)
+                                       CommunicationImplementation implementation,
+                                       const std::vector<std::string>& default_gpus)
     : num_workers_(layout.num_workers), rank_(layout.rank) {
   const bool ring = implementation == CommunicationImplementation::RING;
   coordinator_ = std::make_unique<Coordinator>(layout, timeout_s, static_cast<int>(local.size()),
                                                local.at(0).is_host() ? "CPU" : "GPU", !ring);
-  // The GPU path needs every worker: all of them say whether they can take part.
   Coordinator& c = *coordinator_;
+  // Before NCCL, which would refuse two ranks on one GPU less clearly (or not at all without it).
+  check_default_gpus_not_shared(c, default_gpus, timeout_s);
+  // The GPU path needs every worker: all of them say whether they can take part.
   const std::string key = c.prefix() + "nccl/possible/";
   c.store().set(key + std::to_string(rank_), !ring && nccl_world_possible(local) ? "1" : "0");
   std::vector<std::string> keys;

@@ -24,8 +24,11 @@ class MultiWorkerRuntime : public WorkerStage {
   /// RING forces Gloo over TCP between workers (no shared memory, no NCCL); AUTO and NCCL use
   /// one NCCL communicator over every worker's GPUs when every worker's replicas are distinct
   /// physical GPUs and the build has NCCL, shared memory between workers of one host, else Gloo.
+  /// `default_gpus`: the machine's names of the GPUs this worker took by default (none when its
+  /// devices were given); the workers check that no two of one machine took the same
+  /// (shared_gpus.hpp: InvalidArgumentError on every worker).
   MultiWorkerRuntime(const ClusterLayout& layout, double timeout_s, const std::vector<Device>& local,
-                     CommunicationImplementation implementation);
+                     CommunicationImplementation implementation, const std::vector<std::string>& default_gpus = {});
   ~MultiWorkerRuntime() override;
 
   int num_workers() const noexcept override { return num_workers_; }

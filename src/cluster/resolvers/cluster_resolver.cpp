@@ -33,6 +33,7 @@ std::string ClusterSpec::task_address(const std::string& job, int index) const {
 ClusterResolver::~ClusterResolver() = default;
 std::string ClusterResolver::rpc_layer() const { return ""; }
 std::string ClusterResolver::source() const { return "the cluster resolver"; }
+LocalPlacement ClusterResolver::local_placement() const { return {}; }
 
 TFConfigClusterResolver::TFConfigClusterResolver(std::optional<std::string> task_type, std::optional<int> task_id,
                                                  std::optional<std::string> rpc_layer) {
@@ -161,6 +162,17 @@ std::string env_of(std::initializer_list<const char*> names, const char** used) 
   throw InvalidArgumentError("SlurmClusterResolver: " + all + " is not set (is this process a Slurm job step?)");
 }
 
+// SLURM_GPUS_PER_TASK as --gpus-per-task sets it: "[type:]count", several types separated by
+// commas ("a100:1,v100:1"), whose counts add up.
+int slurm_gpus_per_task(const std::string& text) {
+  int total = 0;
+  for (const auto& item : detail::split_top_level(text, "SLURM_GPUS_PER_TASK")) {
+    const auto colon = item.rfind(':');
+    total += detail::parse_count(colon == std::string::npos ? item : item.substr(colon + 1), "SLURM_GPUS_PER_TASK");
+  }
+  return total;
+}
+
 }  // namespace
 
 SlurmClusterResolver::SlurmClusterResolver(std::map<std::string, int> jobs, int port_base, std::string rpc_layer)
@@ -189,6 +201,26 @@ SlurmClusterResolver::SlurmClusterResolver(std::map<std::string, int> jobs, int 
                    "SlurmClusterResolver: the nodes hold ", addresses.size(), " tasks but the step has ", num_tasks);
   MIRRORED_ENFORCE(rank >= 0 && rank < num_tasks, InvalidArgumentError, "SlurmClusterResolver: SLURM_PROCID ", rank,
                    " is out of range for ", num_tasks, " tasks");
+  // This task's place on its node, in the blocks the addresses above deal to the nodes.
+  std::size_t node = 0;
+  int first_of_node = 0;
+  while (rank >= first_of_node + per_node[node]) first_of_node += per_node[node++];
+  const int local_rank = rank - first_of_node;
+  std::string local_source = str_cat("Slurm's SLURM_PROCID=", rank);
+  if (const char* text = std::getenv("SLURM_LOCALID"); text && *text) {
+    const int localid = detail::parse_count(text, "SLURM_LOCALID");
+    MIRRORED_ENFORCE(localid == local_rank, InvalidArgumentError, "SlurmClusterResolver: SLURM_LOCALID=", localid,
+                     " but task SLURM_PROCID=", rank, " is task ", local_rank, " of ", nodes[node], " in ", used, " ('",
+                     per_node_text,
+                     "'): the step's tasks are not dealt to its nodes in blocks, as the cluster spec (TF's) deals "
+                     "them, so this task would get another's address; run the step with srun --distribution=block");
+    local_source = str_cat("Slurm's SLURM_LOCALID=", localid);
+  }
+  local_ = {local_rank, per_node[node], 0, str_cat(local_source, ", ", used, "=", per_node_text)};
+  if (const char* text = std::getenv("SLURM_GPUS_PER_TASK"); text && *text) {
+    local_.gpus_per_worker = slurm_gpus_per_task(text);
+    local_.source += str_cat(", SLURM_GPUS_PER_TASK=", text);
+  }
   if (jobs.empty()) jobs["worker"] = num_tasks;
   // Tasks are dealt in rank order: the chief first, then the workers, then other jobs by name.
   std::vector<std::pair<std::string, int>> order;

@@ -131,12 +131,20 @@ LauncherClusterResolver::LauncherClusterResolver(const char* resolver, const cha
     : SettledClusterResolver({}, "worker", 0, std::move(rpc_layer)) {
   using namespace cluster;
   const EnvNumber r = env_number(resolver, rank), n = env_number(resolver, size);
-  const Ranks ranks = check_ranks(resolver, r, n, env_number(resolver, local_rank), env_number(resolver, local_size));
+  const EnvNumber lr = env_number(resolver, local_rank), ln = env_number(resolver, local_size);
+  const Ranks ranks = check_ranks(resolver, r, n, lr, ln);
   const Rendezvous at = rendezvous_from_env(resolver, ranks.size > 1);
   cluster_ = rendezvous_cluster(at.address, ranks.size);
   task_id_ = ranks.rank;
   local_rank_ = ranks.local_rank;
   local_size_ = ranks.local_size;
+  // A local rank without the local size does not say how many workers share the machine: the
+  // placement stays the default.
+  if (lr.value && ln.value) {
+    std::vector<std::string> local = lr.shown;
+    local.insert(local.end(), ln.shown.begin(), ln.shown.end());
+    local_ = {ranks.local_rank, ranks.local_size, 0, str_cat(launcher, " ", join_shown(local))};
+  }
   std::vector<std::string> shown = r.shown;
   shown.insert(shown.end(), n.shown.begin(), n.shown.end());
   shown.insert(shown.end(), at.shown.begin(), at.shown.end());
