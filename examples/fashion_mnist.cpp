@@ -119,8 +119,8 @@ Args parse(int argc, char** argv) {
       ->check(integer_at_least<int>(1));
   app.add_option("--bucket-bytes", a.cfg.bucket_bytes,
                  "Reduce the gradients in buckets of N bytes whose all-reduces overlap the backward pass on "
-                 "communication threads; 0: after the backward pass, fused with Adam's update on the replica "
-                 "threads (default: 0 on one worker, 65536 with several)")
+                 "communication threads; 0: after the backward pass, by Adam's step (on one worker the sum fused with "
+                 "the update, on the replica threads) (default: 0 on one worker, 65536 with several)")
       ->type_name("N")
       ->check(integer_at_least<int64_t>(0));
   app.add_option("--step-losses", a.step_losses,
