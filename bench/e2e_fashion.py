@@ -46,10 +46,11 @@ ordinary step). The evaluation, data loading and set-up are excluded everywhere.
     cmake --preset release && cmake --build --preset release --target fashion_mnist
     python3 bench/e2e_fashion.py --out-json e2e_fashion.json --out-md e2e_fashion.md
 
-It takes about 20 minutes on the 2-vCPU VM (the 10-epoch comparison about 14 of them: TF and
-PyTorch 5-6 minutes each, mirrored 2); --epochs 1 about 8. --quick (6,400 training and 1,000 test
-examples, 2 epochs, 3,200 for the speed runs) checks the plumbing in about 3 minutes; its numbers
-mean little. Python 3 standard library only in the driver (TensorFlow inside its virtual
+It took 25 minutes on the 2-vCPU VM next to other sessions' builds (load 5-10; 2026-12-07): the
+10-epoch comparison 20 of them (TF 7, PyTorch 9, fashion_mnist 5), the noise floor 1.5, the speed
+runs 2.5, workers and steps 0.5; an idle machine should take about 15. --epochs 1 saves most of the
+comparison. --quick (6,400 training and 1,000 test examples, 2 epochs, 3,200 for the speed runs)
+checks the plumbing in about 2 minutes; its numbers mean little. Python 3 standard library only in the driver (TensorFlow inside its virtual
 environment; PyPI's numpy there and Debian's under /usr/bin/python3).
 """
 import argparse
