@@ -98,7 +98,7 @@ TrainResult train(mirrored::Strategy& strategy, const FashionMnist& data, const 
   };
 
   // Buckets where the all-reduces leave the process; on one worker the replica threads have the
-  // cores, and Adam's fused reduction and update costs less than waking communication threads.
+  // cores, and Adam's fused reduction and update needs no communication threads (train.hpp).
   const int64_t bucket_bytes = cfg.bucket_bytes >= 0                   ? cfg.bucket_bytes
                                : strategy.extended().num_workers() > 1 ? kDefaultBucketBytes
                                                                        : 0;
