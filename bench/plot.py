@@ -2,7 +2,7 @@
 """Draws the charts of docs/performance.md from the benchmarks' JSON output (PNG, matplotlib).
 
     python3 bench/plot.py --all-reduce all_reduce.json --run-overhead run_overhead.json \\
-        --tf-compare tf_compare.json --e2e-digits e2e_digits.json --out docs/img
+        --tf-compare tf_compare.json --e2e-digits e2e_digits.json --e2e-fashion e2e_fashion.json --out docs/img
 
   all_reduce.png    bench_all_reduce: all-reduce GB/s against the size per replica, one line per
                     replica count, with the memory anchor (one in-place pass over the same
@@ -14,6 +14,9 @@
   e2e_digits.png    e2e_digits.py: the digits MLP trained by train_digits, TF Keras and PyTorch DDP:
                     examples/s of each (log scale), and held-out accuracy after each epoch against
                     the seconds since training began (log scale), with the 97 % line
+  e2e_fashion.png   e2e_fashion.py: TF's Fashion-MNIST tutorial, PyTorch DDP and fashion_mnist:
+                    examples/s of each at 1 replica (one thread, default threads) and 2, with E(2),
+                    and the test accuracy after each epoch of the same training
 
 Each input is optional; only the charts whose input is given are drawn. Google Benchmark files
 with repetitions use the median aggregate (as summarize.py does). --note adds a line under every
@@ -193,12 +196,65 @@ def plot_e2e_digits(path, out, note):
     plt.close(fig)
 
 
+def plot_e2e_fashion(path, out, note):
+    """e2e_fashion.py: each framework's examples/s at 1 replica (one thread, default threads) and 2,
+    and the comparison's test accuracy after each epoch."""
+    result = json.loads(Path(path).read_text())
+    names = {"tf": "TF tutorial", "torch_ddp": "PyTorch DDP", "mirrored": "mirrored fashion_mnist"}
+    colors = {"tf": COLORS[1], "torch_ddp": COLORS[4], "mirrored": COLORS[0]}
+    speed, runs = result.get("speed") or {}, result.get("comparison") or {}
+    panels = [p for p, have in (("speed", speed), ("accuracy", runs)) if have]
+    if not panels:
+        raise SystemExit(f"plot.py: {path} has neither speed runs nor a comparison")
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5), squeeze=False)
+    axes = dict(zip(panels, axes[0]))
+    if speed:
+        ax = axes["speed"]
+        settings = [("1", "1 replica, 1 thread", 0.45), ("1_default", "1 replica, default threads", 0.7),
+                    ("2", "2 replicas", 1.0)]
+        keys = [k for k in ("tf", "torch_ddp", "mirrored") if k in speed]
+        width = 0.27
+        for j, (field, label, alpha) in enumerate(settings):
+            xs = [i + (j - 1) * width for i in range(len(keys))]
+            ys = [speed[k].get(field) or 0 for k in keys]
+            bars = ax.bar(xs, ys, width, color=[colors[k] for k in keys], alpha=alpha, edgecolor="black",
+                          linewidth=0.5, label=label)
+            for bar, y in zip(bars, ys):
+                if y:
+                    ax.annotate(f"{y:,.0f}", (bar.get_x() + bar.get_width() / 2, y), ha="center", va="bottom",
+                                fontsize=7, xytext=(0, 1), textcoords="offset points")
+        labels = [names[k] + (f"\nE(2) = {speed[k]['e2']:.2f}" if speed[k].get("e2") is not None else "")
+                  for k in keys]
+        ax.set_xticks(range(len(keys)), labels, fontsize=8)
+        ax.set_ylabel("examples/s of the training loop")
+        ax.set_ylim(0, 1.3 * max(v for k in keys for f, _, _ in settings for v in [speed[k].get(f) or 0]))
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left", ncol=3)
+        titled(ax, f"Speed, 64 examples per replica ({result['scaling_examples']:,} examples)", note)
+    if runs:
+        ax = axes["accuracy"]
+        for key, run in runs.items():
+            recs = run["epochs"]
+            ax.plot([r["epoch"] for r in recs], [100 * r["test_accuracy"] for r in recs], "o-", ms=3,
+                    color=colors[key], label=names[key])
+        ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.set_ylabel("test accuracy after the epoch (%)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+        titled(ax, "Same weights, same batches, 2 replicas", note)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--all-reduce", help="bench_all_reduce JSON")
     ap.add_argument("--run-overhead", help="bench_run_overhead JSON")
     ap.add_argument("--tf-compare", help="tf_compare.py JSON")
     ap.add_argument("--e2e-digits", help="e2e_digits.py JSON")
+    ap.add_argument("--e2e-fashion", help="e2e_fashion.py JSON")
     ap.add_argument("--out", default="docs/img", help="output folder (default: docs/img)")
     ap.add_argument("--note", default="", help="a line under every title")
     a = ap.parse_args()
@@ -208,12 +264,13 @@ def main():
     for arg, fn, name in ((a.all_reduce, plot_all_reduce, "all_reduce.png"),
                           (a.run_overhead, plot_run_overhead, "run_overhead.png"),
                           (a.tf_compare, plot_tf_compare, "tf_compare.png"),
-                          (a.e2e_digits, plot_e2e_digits, "e2e_digits.png")):
+                          (a.e2e_digits, plot_e2e_digits, "e2e_digits.png"),
+                          (a.e2e_fashion, plot_e2e_fashion, "e2e_fashion.png")):
         if arg:
             fn(arg, out / name, a.note)
             made.append(str(out / name))
     if not made:
-        ap.error("give at least one of --all-reduce, --run-overhead, --tf-compare, --e2e-digits")
+        ap.error("give at least one of --all-reduce, --run-overhead, --tf-compare, --e2e-digits, --e2e-fashion")
     print("plot.py: wrote " + ", ".join(made))
     return 0
 

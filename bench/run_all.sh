@@ -10,8 +10,11 @@
 # first time: a download of a few hundred MB), bench/e2e_digits.py (train_digits, TF Keras and
 # PyTorch DDP training the digits MLP; PyTorch is Debian's python3-torch, which
 # `scripts/install-deps.sh --ddp` installs and `make bench-report` asks for) and bench/e2e_fashion.py
-# (TF's Fashion-MNIST tutorial, PyTorch DDP and fashion_mnist, one epoch each, and fashion_mnist's
-# scaling from 1 to 2 replicas; about 5 minutes), and writes to the
+# (TF's Fashion-MNIST tutorial, PyTorch DDP and fashion_mnist trained alike for 10 epochs, the
+# agreement of their losses and its float32 noise floor, each one's speed at 1 and 2 replicas,
+# fashion_mnist with 2 and 4 workers and where its step goes; 25 minutes next to other sessions'
+# builds, about 15 on an idle 2-vCPU VM, mostly the 10 epochs of TF, PyTorch and fashion_mnist;
+# --fashion-epochs 1 saves most of that), and writes to the
 # output folder (default build/bench-report/): every JSON file, each benchmark's console log,
 # tables.md (every table), report.md (the machine, the load, how long each stage took, the tables)
 # and the charts.
@@ -26,7 +29,8 @@
 #
 # Options: --quick, --no-docs, --out DIR, --jobs N (build jobs, default 2), --skip-tf (no
 # TensorFlow: neither tf_compare.py nor the end-to-end scripts' TF sides), --skip-e2e (no
-# e2e_digits.py, no e2e_fashion.py), --skip-fashion (no e2e_fashion.py), --skip-multi-worker (no
+# e2e_digits.py, no e2e_fashion.py), --skip-fashion (no e2e_fashion.py), --fashion-epochs N (the
+# epochs of e2e_fashion.py's comparison; default 10, --quick 2), --skip-multi-worker (no
 # bench_multi_worker.sh, no bench_preemption.py).
 # Close everything else first: every benchmark runs as many threads as replicas.
 set -euo pipefail
@@ -39,6 +43,7 @@ JOBS=2
 SKIP_TF=0
 SKIP_E2E=0
 SKIP_FASHION=0
+FASHION_EPOCHS=""
 SKIP_MW=0
 DOCS=1
 while [ $# -gt 0 ]; do
@@ -52,8 +57,10 @@ while [ $# -gt 0 ]; do
     --skip-tf) SKIP_TF=1 ;;
     --skip-e2e) SKIP_E2E=1; SKIP_FASHION=1 ;;
     --skip-fashion) SKIP_FASHION=1 ;;
+    --fashion-epochs) FASHION_EPOCHS=$2; shift ;;
+    --fashion-epochs=*) FASHION_EPOCHS=${1#--fashion-epochs=} ;;
     --skip-multi-worker) SKIP_MW=1 ;;
-    -h | --help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run_all.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -144,6 +151,7 @@ fi
 if [ "$SKIP_FASHION" = 0 ]; then
   FASHION_ARGS=()
   [ "$QUICK" = 1 ] && FASHION_ARGS+=(--quick)
+  [ -n "$FASHION_EPOCHS" ] && FASHION_ARGS+=(--epochs "$FASHION_EPOCHS")
   [ "$SKIP_TF" = 1 ] && FASHION_ARGS+=(--skip-tf --skip-torch)  # PyTorch starts from TF's weights
   begin "e2e_fashion (TF's tutorial, PyTorch DDP, fashion_mnist; scaling)"
   python3 bench/e2e_fashion.py "${FASHION_ARGS[@]}" --out-json "$OUT/e2e_fashion.json" \
@@ -175,6 +183,7 @@ begin "tables and charts"
 PLOT_ARGS=(--all-reduce "$OUT/all_reduce.json" --run-overhead "$OUT/run_overhead.json" --out "$IMG")
 [ "$SKIP_TF" = 0 ] && PLOT_ARGS+=(--tf-compare "$OUT/tf_compare.json")
 [ "$SKIP_E2E" = 0 ] && PLOT_ARGS+=(--e2e-digits "$OUT/e2e_digits.json")
+[ "$SKIP_FASHION" = 0 ] && PLOT_ARGS+=(--e2e-fashion "$OUT/e2e_fashion.json")
 "$PLOT_PY" bench/plot.py "${PLOT_ARGS[@]}" --note "$NOTE" >&2
 end "tables and charts"
 
@@ -278,7 +287,9 @@ if not skip_e2e:
               "[End to end: the digits MLP](#end-to-end-the-digits-mlp-with-tensorflow-and-pytorch)):",
               "", (out / "e2e_digits.md").read_text().strip(), ""]
 if not skip_fashion:
-    lines += ["**End to end: TF's Fashion-MNIST tutorial, and fashion_mnist's scaling** (`bench/e2e_fashion.py`, one "
+    lines += ["![TF's Fashion-MNIST tutorial, PyTorch DDP and fashion_mnist: examples/s at 1 and 2 replicas, and test "
+              "accuracy after each epoch of the same training](img/e2e_fashion.png)", "",
+              "**End to end: TF's Fashion-MNIST tutorial, and fashion_mnist's scaling** (`bench/e2e_fashion.py`, one "
               "run of each; method under [End to end: TF's Fashion-MNIST tutorial](#end-to-end-tfs-fashion-mnist-tutorial-"
               "with-pytorch-and-fashion_mnists-scaling)):", "", (out / "e2e_fashion.md").read_text().strip(), ""]
 lines += ["**Checkpoints** (`bench_checkpoint`):", "", checkpoint, "", end]

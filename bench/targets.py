@@ -5,7 +5,7 @@ Markdown table (a row per target: the figure, the target, met or not).
     python3 bench/targets.py OUT_DIR
 
 OUT_DIR is run_all.sh's output folder: apply_gradients.json, all_reduce.json (Google Benchmark,
-medians of repetitions), and where they exist tf_compare.json, e2e_digits.json and
+medians of repetitions), and where they exist tf_compare.json, e2e_digits.json, e2e_fashion.json and
 multi_worker.log (bench/bench_multi_worker.sh's output). A missing input leaves its rows out.
 Python 3 standard library only.
 """
@@ -111,6 +111,41 @@ def e2e_rows(out):
     return lines
 
 
+def fashion_rows(out):
+    """e2e_fashion.py's targets: fashion_mnist's E(2), its examples/s at 2 replicas against TF's
+    tutorial and PyTorch DDP at their best, the epoch-1 losses and the final test accuracy."""
+    path = out / "e2e_fashion.json"
+    if not path.exists():
+        return []
+    r = json.loads(path.read_text())
+    lines = []
+    speed = r.get("speed") or {}
+    m = speed.get("mirrored", {})
+    if m.get("e2") is not None:
+        others = ", ".join(f"{name} {speed[k]['e2']:.2f}" for k, name in (("tf", "TF"), ("torch_ddp", "DDP"))
+                           if speed.get(k, {}).get("e2") is not None)
+        lines.append(row("Fashion-MNIST: `fashion_mnist`'s E(2) = X(2) / (2 X(1))",
+                         f"{m['e2']:.2f}" + (f" ({others})" if others else ""), ">= 0.9, no lower than TF's and DDP's",
+                         m["e2_verdict"] == "met"))
+    for key, name in (("tf", "TF's tutorial"), ("torch_ddp", "PyTorch DDP")):
+        s = speed.get(key, {})
+        if s.get("mirrored_over_best") is not None:
+            lines.append(row(f"Fashion-MNIST: examples/s, `fashion_mnist` at 2 replicas / {name} at its best",
+                             f"{s['mirrored_over_best']:.2f}x ({m['2']:,.0f} vs {s['best']:,.0f})", ">= 1.2x",
+                             s["mirrored_over_best"] >= 1.2))
+    loss = r.get("loss", {})
+    if "max_abs" in loss:
+        lines.append(row("Fashion-MNIST: epoch-1 loss, largest relative difference to TF's tutorial",
+                         f"{loss['max_abs']:.1e}", "<= 1e-4", loss["max_abs"] <= 1e-4))
+    acc = r.get("accuracy")
+    if acc:
+        final = acc["final"]
+        lines.append(row(f"Fashion-MNIST: test accuracy after {r['epochs']} epochs, `fashion_mnist` / TF's tutorial",
+                         f"{100 * final['mirrored']:.2f} % vs {100 * final['tf']:.2f} %", "at least TF's",
+                         final["mirrored"] >= final["tf"]))
+    return lines
+
+
 def main(argv):
     if len(argv) != 2:
         print(__doc__)
@@ -119,7 +154,8 @@ def main(argv):
     tf_path = out / "tf_compare.json"
     tf = json.loads(tf_path.read_text()) if tf_path.exists() else None
     lines = ["| target | this run | target | verdict |", "|---|---|---|---|"]
-    lines += apply_gradients_rows(out) + all_reduce_rows(out, tf) + compression_rows(out) + e2e_rows(out)
+    lines += (apply_gradients_rows(out) + all_reduce_rows(out, tf) + compression_rows(out) + e2e_rows(out) +
+              fashion_rows(out))
     print("\n".join(lines))
     return 0
 

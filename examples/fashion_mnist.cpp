@@ -6,20 +6,24 @@
 //   Epoch 1, Loss: ..., Accuracy: ..., Test Loss: ..., Test Accuracy: ...
 //
 // as the tutorial does (accuracies in percent). The model computes with Eigen on CPU replicas,
-// one thread each (examples/fashion/cnn.hpp); gradients are all-reduced in buckets while the
-// backward pass goes on (examples/fashion/train.hpp).
+// one thread each (examples/fashion/cnn.hpp); on one worker Adam's step sums the gradients over the
+// replicas and updates in one pass, with several they are all-reduced in buckets while the backward
+// pass goes on (examples/fashion/train.hpp).
 //
 //   fashion_mnist [--devices CPU:0,CPU:1] [--epochs 10] [--batch-per-replica 64] [--learning-rate 0.001]
 //                 [--seed 0] [--initial-weights FILE] [--data DIR] [--train-examples N] [--test-examples N]
 //                 [--no-shuffle]
 //                 [--strategy mirrored|multi_worker] [--shard-optimizer-state] [--compression none|fp16|bf16]
-//                 [--accumulate K] [--checkpoint-dir DIR] [--save-every-steps N] [--timeline trace.json]
+//                 [--accumulate K] [--bucket-bytes N] [--checkpoint-dir DIR] [--save-every-steps N]
+//                 [--timeline trace.json] [--step-losses FILE]
 // (`--flag value` or `--flag=value`; `--help` lists them with their defaults.)
 #include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -43,6 +47,7 @@ struct Args {
   fashion::TrainConfig cfg;
   std::string data = fashion::default_fashion_mnist_dir();
   int64_t train_examples = 0, test_examples = 0;
+  std::string step_losses;  // --step-losses: every step's loss, one line each
 };
 
 // Flags, checked before anything is printed; exits 2 on a usage error, with a message naming the flag.
@@ -112,6 +117,16 @@ Args parse(int argc, char** argv) {
                               a.cfg.accumulate))
       ->type_name("K")
       ->check(integer_at_least<int>(1));
+  app.add_option("--bucket-bytes", a.cfg.bucket_bytes,
+                 "Reduce the gradients in buckets of N bytes whose all-reduces overlap the backward pass on "
+                 "communication threads; 0: after the backward pass, by Adam's step (on one worker the sum fused with "
+                 "the update, on the replica threads) (default: 0 on one worker, 65536 with several)")
+      ->type_name("N")
+      ->check(integer_at_least<int64_t>(0));
+  app.add_option("--step-losses", a.step_losses,
+                 "Write every step's loss to this file, one line each: epoch, step (from 1) and the loss as float32 "
+                 "(the replicas' shares summed, as the tutorial's distributed_train_step returns it)")
+      ->type_name("PATH");
   app.add_option("--checkpoint-dir", a.cfg.checkpoint_dir,
                  "Checkpoints in this directory after epochs 1, 3, 5, ... and the last (the tutorial's every "
                  "second epoch); resume from the newest; save and exit with status 75 on SIGTERM (default: none)")
@@ -170,6 +185,16 @@ int main(int argc, char** argv) {
     return 1;
   }
 #endif
+  // Opened before anything is printed, like a flag's check.
+  std::FILE* step_losses = nullptr;
+  if (!args.step_losses.empty()) {
+    step_losses = std::fopen(args.step_losses.c_str(), "w");
+    if (!step_losses) {
+      std::cerr << "fashion_mnist: --step-losses: cannot write '" << args.step_losses << "': " << std::strerror(errno)
+                << "\n";
+      return 2;
+    }
+  }
   try {
     const fashion::FashionMnist data = fashion::load_fashion_mnist(args.data, args.train_examples, args.test_examples);
     const std::unique_ptr<mirrored::Strategy> strategy =
@@ -188,7 +213,14 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     fashion::TrainConfig cfg = args.cfg;
     cfg.after_step = examples::raise_at_step_hook(strategy->extended().worker_index());
-    const auto result = fashion::train(*strategy, data, cfg, [](const fashion::EpochMetrics& m) {
+    const auto result = fashion::train(*strategy, data, cfg, [step_losses](const fashion::EpochMetrics& m) {
+      if (step_losses) {
+        for (std::size_t i = 0; i < m.step_losses.size(); ++i)
+          std::fprintf(step_losses, "%d %lld %s\n", m.epoch,
+                       static_cast<long long>(m.first_step) + static_cast<long long>(i),
+                       py_float(m.step_losses[i]).c_str());
+        std::fflush(step_losses);
+      }
       std::printf("Epoch %d, Loss: %s, Accuracy: %s, Test Loss: %s, Test Accuracy: %s\n", m.epoch,
                   py_float(m.loss).c_str(), py_float(100 * m.accuracy).c_str(), py_float(m.test_loss).c_str(),
                   py_float(100 * m.test_accuracy).c_str());
@@ -201,6 +233,7 @@ int main(int argc, char** argv) {
                 result.train_seconds > 0 ? static_cast<double>(result.examples) / result.train_seconds : 0.0);
     if (!result.final_checkpoint.empty())
       std::printf("saved the finished training to %s\n", result.final_checkpoint.c_str());
+    if (step_losses) std::fclose(step_losses);
     examples::finish_timeline();
   } catch (const mirrored::Error& e) {
     return examples::exit_status_for("fashion_mnist", args.distribution.strategy, e);

@@ -4,11 +4,14 @@
 /// Fashion-MNIST (the fashion_mnist example, its tests): compiled once (train.cpp, the
 /// mirrored_fashion library).
 ///
-/// Each step takes a global batch of `batch_per_replica` x replicas examples of the (per-epoch
-/// shuffled) training set from `experimental_distribute_dataset`; in `run` every replica computes
-/// the gradients of its share of the loss (cnn.hpp) and hands them, the last layer's first, to
-/// `GradientBuckets`, whose all-reduces (SUM) run while the backward pass goes on; Adam applies
-/// the reduced gradients without reducing again. The metrics are the tutorial's: the mean of the
+/// Each step takes the row numbers of a global batch of `batch_per_replica` x replicas examples of
+/// the (per-epoch shuffled) training set from `experimental_distribute_dataset`; in `run` every
+/// replica gathers its own slice's images and computes the gradients of its share of the loss
+/// (cnn.hpp). On one worker Adam's `apply_gradients` then sums them over the replicas and updates
+/// in one pass (each replica its slice of every variable); with several workers (or
+/// `bucket_bytes` above 0) the backward pass hands them, the last layer's first, to
+/// `GradientBuckets`, whose all-reduces (SUM) run while it goes on, and Adam applies the reduced
+/// gradients without reducing again. The metrics are the tutorial's: the mean of the
 /// steps' losses and the training accuracy (a mirrored SUM variable that every step adds its
 /// replicas' loss and correct predictions to, so that a checkpoint holds them), and after every
 /// epoch the test set's mean cross-entropy and accuracy (a distributed test step).
@@ -24,6 +27,11 @@
 #include "fashion/fashion_data.hpp"
 
 namespace fashion {
+
+/// The gradient buckets' size with several workers: 64 KiB puts dense_1 and dense in the first
+/// bucket, whose all-reduce then overlaps the convolutions' backward pass, and conv2d_1 in the
+/// second.
+inline constexpr int64_t kDefaultBucketBytes = 64 << 10;
 
 struct TrainConfig {
   int epochs = 10;
@@ -43,9 +51,17 @@ struct TrainConfig {
   /// (optimizers::GradientAccumulator, SUM; the regularisation's gradient once) and applies them
   /// with one step. 1: no accumulation (the gradients go through GradientBuckets instead).
   int accumulate = 1;
-  /// The gradient buckets' size: 64 KiB puts dense_1 and dense in the first bucket, whose
-  /// all-reduce then overlaps the convolutions' backward pass, and conv2d_1 in the second.
-  int64_t bucket_bytes = 64 << 10;
+  /// How the gradients are reduced when `accumulate` is 1. 0: after the backward pass, by Adam's
+  /// `apply_gradients` (SUM), which on one worker fuses the sum with the update: each replica sums
+  /// and updates its slice of every variable on its own thread. Above 0: in `GradientBuckets` of
+  /// this many bytes, whose all-reduces start during the backward pass on the library's
+  /// communication threads (one per replica). Below 0 (the default): 0 on one worker, where the
+  /// replica threads have the cores and a communication thread can only take one from a replica
+  /// (on the 2-vCPU VM the two ran at the same examples/s within the noise, the fused step with
+  /// up to 3 % less CPU and a third of the voluntary context switches), `kDefaultBucketBytes`
+  /// with several workers, whose collectives cross processes. Results are bitwise the same either
+  /// way.
+  int64_t bucket_bytes = -1;
   /// Fault-tolerant training (docs/fault_tolerance.md): a CheckpointManager in this directory
   /// tracks the variables, the optimizer, the input iterator and the epoch's metrics; training
   /// resumes from its newest checkpoint, a PreemptionCheckpointHandler saves and exits with status
@@ -69,6 +85,11 @@ struct EpochMetrics {
   double test_accuracy = 0;
   double train_seconds = 0;  ///< the epoch's steps in this process (input included, the test excluded)
   int64_t examples = 0;      ///< examples those steps trained on
+  /// The loss of each step this process ran in the epoch (every replica's share summed, what the
+  /// tutorial's `distributed_train_step` returns), in order, from the epoch's step `first_step`
+  /// (counted from 1; later than 1 in an epoch this process resumed).
+  std::vector<double> step_losses;
+  int64_t first_step = 1;
 };
 
 struct TrainResult {
@@ -81,7 +102,8 @@ struct TrainResult {
 };
 
 /// Examples `rows` of a split as the tutorial feeds them: images (b, 28, 28, 1) as pixel / 255 in
-/// float32 (numpy's `images / np.float32(255)`), labels (b,) int32.
+/// float32 (numpy's `images / np.float32(255)`), labels (b,) int32, on `rows`' device. \throws
+/// mirrored::InvalidArgumentError for a row outside the split.
 std::tuple<mirrored::Tensor<float>, mirrored::Tensor<int32_t>> gather_examples(const Split& split,
                                                                                const mirrored::Tensor<int64_t>& rows);
 

@@ -1,5 +1,7 @@
 #include "runtime/async_collectives.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -18,6 +20,7 @@
 #include "util/calling_replica.hpp"
 #include "util/exceptions.hpp"
 #include "util/log.hpp"
+#include "util/timeline.hpp"
 
 namespace mirrored {
 namespace detail {
@@ -43,7 +46,16 @@ void AsyncCollectives::submit(std::shared_ptr<AsyncCollective> job) {
   Lane& lane = *lanes_[static_cast<std::size_t>(job->replica)];
   {
     std::lock_guard lock(lane.mu);
-    if (!lane.thread.joinable()) lane.thread = std::thread([this, &lane] { loop(lane); });
+    if (!lane.thread.joinable()) {
+      const int r = job->replica;
+      lane.thread = std::thread([this, &lane, r] {
+        // Its own track in a timeline: the transfers that overlap the replica's work.
+        timeline::name_this_thread(str_cat("communication ", r));
+        loop(lane);
+      });
+      // Not the replica thread's name, which it would inherit ("mirrored/r<r>").
+      pthread_setname_np(lane.thread.native_handle(), str_cat("mirrored/c", r).substr(0, 15).c_str());
+    }
     lane.queue.push_back(std::move(job));
     lane.pending.fetch_add(1, std::memory_order_acq_rel);  // after anything that may throw
   }
@@ -90,6 +102,16 @@ void AsyncRunner::run(AsyncCollective& job) noexcept {
   std::optional<DeferredCompletion> deferred;
   try {
     ReplicaContext& ctx = *job.ctx;
+    // The collective on the lane, from its start to its result (its rendezvous inside): the
+    // communication that overlaps the replica's work, or that the replica waits for.
+    timeline::Scope trace(job.reduce_scatter ? "reduce_scatter_async" : "all_reduce_async", "collective");
+    if (trace.active()) {
+      std::int64_t bytes = 0;
+      for (const auto& t : job.in) bytes += static_cast<std::int64_t>(t.bytes());
+      trace.arg("op", reduce_op_name(job.op));
+      trace.arg("bytes", bytes);
+      trace.arg("tensors", static_cast<std::int64_t>(job.in.size()));
+    }
     // The lane works for this replica: GPU messages name it, and what its kernels find is its.
     const ActingReplicaScope acting(ctx.replica_id_in_sync_group());
     // The deadline made when the collective was issued. The watchdog aborts the group then and
@@ -159,7 +181,11 @@ const std::vector<UntypedTensor>& wait_async(AsyncCollective& job) {
   MIRRORED_ENFORCE(!job.waited, FailedPreconditionError,
                    "PendingCollective::wait: the result of this collective was already taken");
   job.waited = true;
-  wait_done(job);
+  {
+    // The replica's wait for it (PendingCollective::wait): the communication it did not hide.
+    timeline::Scope trace(job.reduce_scatter ? "reduce_scatter_async.wait" : "all_reduce_async.wait", "collective");
+    wait_done(job);
+  }
   if (job.error) std::rethrow_exception(job.error);
   // The calling thread's stream reads the outputs only after the communication stream wrote them.
   if (job.backend) job.backend->wait_event(*job.completed);

@@ -59,6 +59,13 @@ TEST(FashionTrain, OneEpochOnTwoReplicasLowersTheLoss) {
   EXPECT_LT(m.test_loss, 0.7 * initial);  // after them
   EXPECT_GT(m.test_accuracy, 0.45);       // 10 classes: 0.1 by chance
   EXPECT_EQ(r.examples, 2000);
+  // Every step's loss, in order: the epoch's loss is their mean, and training lowered it.
+  ASSERT_EQ(m.step_losses.size(), 16u);
+  EXPECT_EQ(m.first_step, 1);
+  double sum = 0;
+  for (double l : m.step_losses) sum += l;
+  EXPECT_NEAR(sum / 16, m.loss, 1e-12);
+  EXPECT_GT(m.step_losses.front(), m.step_losses.back());
   // The trained weights are what cnn_evaluate sees: the test metrics agree.
   std::vector<mirrored::Tensor<float>> trained;
   const auto shapes = param_shapes();
@@ -71,7 +78,8 @@ TEST(FashionTrain, OneEpochOnTwoReplicasLowersTheLoss) {
 
 // The same global batches of 128 on one replica, on two, on one accumulating two micro-batches:
 // only the order of the sums differs (the gradients are scaled by the global batch, the L2 term by
-// the replicas). Sharded Adam slots give the same bits as whole ones.
+// the replicas). Sharded Adam slots give the same bits as whole ones, and so do gradients reduced in
+// buckets during the backward pass (GradientBuckets) rather than by Adam's fused step after it.
 TEST(FashionTrain, ReplicaCountsAccumulationAndShardingAgree) {
   FASHION_REQUIRE_DATA();
   const FashionMnist& data = fashion_subset(512, 64);
@@ -83,7 +91,14 @@ TEST(FashionTrain, ReplicaCountsAccumulationAndShardingAgree) {
   accumulating.accumulate = 2;
   TrainConfig sharded = two;
   sharded.shard_optimizer_state = true;
+  ASSERT_EQ(two.bucket_bytes, -1);  // one worker: Adam's fused reduction
+  TrainConfig bucketed = two;
+  bucketed.bucket_bytes = kDefaultBucketBytes;
   const Trained t2 = train_on({"CPU:0", "CPU:1"}, data, two);
+  const Trained tb = train_on({"CPU:0", "CPU:1"}, data, bucketed);
+  EXPECT_EQ(tb.weights, t2.weights);
+  ASSERT_EQ(tb.epochs.size(), 1u);
+  EXPECT_EQ(tb.epochs[0].loss, t2.epochs[0].loss);
   const Trained t1 = train_on({"CPU:0"}, data, one);
   const Trained ta = train_on({"CPU:0"}, data, accumulating);
   const Trained ts = train_on({"CPU:0", "CPU:1"}, data, sharded);

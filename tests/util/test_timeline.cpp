@@ -109,6 +109,41 @@ TEST_F(TimelineTest, NestedAllReduceAndAllGatherCarryTheirBytes) {
   EXPECT_EQ(trace.named("rendezvous").size(), 4u);
 }
 
+// An asynchronous all-reduce is two spans: the collective itself on the replica's communication
+// thread ("communication r", its rendezvous inside), and the replica's wait for it inside its run.
+TEST_F(TimelineTest, AsynchronousAllReducesAreTracedOnTheCommunicationThreads) {
+  constexpr int kReplicas = 2, kPerRun = 2;
+  MirroredStrategy strategy(cpus(kReplicas));
+  const std::string path = file("async.json");
+  timeline::start(path);
+  strategy.run([] {
+    auto* ctx = get_replica_context();
+    std::vector<PendingCollective<Tensor<float>>> pending;
+    for (int k = 0; k < kPerRun; ++k)
+      pending.push_back(ctx->all_reduce_async(ReduceOp::SUM, Tensor<float>::full({6}, float(k + 1))));
+    for (auto& p : pending) EXPECT_EQ(p.wait().to_vector()[0], 2.0f * float(&p - pending.data() + 1));
+  });
+  timeline::stop();
+  const Trace trace(path);
+  const auto transfers = trace.named("all_reduce_async");
+  ASSERT_EQ(transfers.size(), std::size_t{kReplicas * kPerRun});
+  std::set<std::string> threads;
+  for (const Event* e : transfers) {
+    EXPECT_EQ(e->category, "collective");
+    EXPECT_EQ(e->arg("bytes"), 6 * 4);
+    EXPECT_EQ(e->arg("tensors"), 1);
+    EXPECT_EQ(e->str("op"), "SUM");
+    EXPECT_EQ(trace.enclosing(*e, "run"), nullptr) << "not on a replica thread";
+    threads.insert(trace.thread_name(e->tid));
+  }
+  EXPECT_EQ(threads, (std::set<std::string>{"communication 0", "communication 1"}));
+  for (const Event* e : trace.named("rendezvous")) EXPECT_NE(trace.enclosing(*e, "all_reduce_async"), nullptr);
+  EXPECT_EQ(trace.named("rendezvous").size(), transfers.size());
+  const auto waits = trace.named("all_reduce_async.wait");
+  ASSERT_EQ(waits.size(), std::size_t{kReplicas * kPerRun});
+  for (const Event* e : waits) EXPECT_NE(trace.enclosing(*e, "run"), nullptr) << "the replica's own wait";
+}
+
 TEST_F(TimelineTest, ReduceGatherAndMergeCall) {
   MirroredStrategy strategy(cpus(2));
   const std::string path = file("cross.json");

@@ -49,7 +49,10 @@ struct Reference {
   void apply(const std::vector<std::vector<T>>& g) {
     ++step;
     const double t = static_cast<double>(step);
-    const T alpha = static_cast<T>(kLr * std::sqrt(1 - std::pow(kBeta2, t)) / (1 - std::pow(kBeta1, t)));
+    // Keras' step size, in T: the betas and their powers rounded to T first.
+    const T b1_power = static_cast<T>(std::pow(static_cast<double>(static_cast<T>(kBeta1)), t));
+    const T b2_power = static_cast<T>(std::pow(static_cast<double>(static_cast<T>(kBeta2)), t));
+    const T alpha = static_cast<T>(kLr) * std::sqrt(T(1) - b2_power) / (T(1) - b1_power);
     const T lr = static_cast<T>(kLr), mu = static_cast<T>(kMomentum), b1 = static_cast<T>(1 - kBeta1),
             b2 = static_cast<T>(1 - kBeta2), eps = static_cast<T>(kEpsilon), wd = static_cast<T>(kDecay),
             rho = static_cast<T>(kRho), one_minus_rho = static_cast<T>(1 - kRho);
