@@ -77,8 +77,9 @@ std::string with_separator(const std::string& report) { return report.empty() ? 
 }
 
 Coordinator::Coordinator(const ClusterLayout& layout, double timeout_s, int local_replicas, std::string device_kind,
-                         bool allow_shared_memory)
+                         bool allow_shared_memory, std::vector<std::string> default_gpus)
     : layout_(layout),
+      default_gpus_(std::move(default_gpus)),
       timeout_s_(timeout_s),
       peer_timeout_s_(env_positive("MIRRORED_PEER_TIMEOUT_S", StoreServer::kDefaultPeerTimeoutSeconds)),
       stall_warn_s_(stall_warn_seconds()) {
@@ -238,6 +239,7 @@ void Coordinator::meet(Clock::time_point deadline, int local_replicas, const std
   me.local_replicas = local_replicas;
   me.device_kind = device_kind;
   me.pid = static_cast<long>(getpid());
+  me.default_gpus = default_gpus_;
   if (tcp_) {
     me.heartbeat_host = layout_.own_host();
     peer_watch_ = std::make_unique<PeerWatch>(me.heartbeat_host);

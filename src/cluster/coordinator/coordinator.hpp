@@ -49,9 +49,10 @@ class Coordinator {
   /// Joins the job described by `layout` (which must have at least two workers), waiting up to
   /// `timeout_s` for every worker. \throws DeadlineExceededError naming the workers that never
   /// joined; InvalidArgumentError when workers disagree on their number of replicas; what the
-  /// store or transport throws.
+  /// store or transport throws. `default_gpus`: the machine's names of the GPUs this worker took
+  /// by default, told to the others when it joins (`WorkerInfo::default_gpus`).
   Coordinator(const ClusterLayout& layout, double timeout_s, int local_replicas, std::string device_kind,
-              bool allow_shared_memory);
+              bool allow_shared_memory, std::vector<std::string> default_gpus = {});
 
   /// Makes the cross-worker transport once every worker has joined, by `deadline`.
   using TransportFactory = std::function<std::unique_ptr<WorkerTransport>(const TransportJob&, Clock::time_point)>;
@@ -145,6 +146,7 @@ class Coordinator {
   void shutdown() noexcept;
 
   ClusterLayout layout_;
+  std::vector<std::string> default_gpus_;  // told to the others when joining
   double timeout_s_;
   double peer_timeout_s_;  // MIRRORED_PEER_TIMEOUT_S: a silent worker or pair is a failure after this
   double stall_warn_s_;    // MIRRORED_STALL_WARN_S

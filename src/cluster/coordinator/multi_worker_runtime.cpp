@@ -152,10 +152,10 @@ MultiWorkerRuntime::MultiWorkerRuntime(const ClusterLayout& layout, double timeo
     : num_workers_(layout.num_workers), rank_(layout.rank) {
   const bool ring = implementation == CommunicationImplementation::RING;
   coordinator_ = std::make_unique<Coordinator>(layout, timeout_s, static_cast<int>(local.size()),
-                                               local.at(0).is_host() ? "CPU" : "GPU", !ring);
+                                               local.at(0).is_host() ? "CPU" : "GPU", !ring, default_gpus);
   Coordinator& c = *coordinator_;
   // Before NCCL, which would refuse two ranks on one GPU less clearly (or not at all without it).
-  check_default_gpus_not_shared(c, default_gpus, timeout_s);
+  check_default_gpus_not_shared(c);
   // The GPU path needs every worker: all of them say whether they can take part.
   const std::string key = c.prefix() + "nccl/possible/";
   c.store().set(key + std::to_string(rank_), !ring && nccl_world_possible(local) ? "1" : "0");

@@ -6,30 +6,6 @@
 #include "mirrored/errors.hpp"
 
 namespace mirrored::detail::cluster {
-namespace {
-
-// Never empty (a set of an empty value reads as one), one name a line.
-std::string encode(const std::vector<std::string>& names) {
-  std::string out = "gpus:";
-  for (std::string n : names) {
-    std::replace(n.begin(), n.end(), '\n', ' ');
-    out += "\n" + n;
-  }
-  return out;
-}
-
-std::vector<std::string> decode(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t start = text.find('\n');
-  while (start != std::string::npos) {
-    const std::size_t end = text.find('\n', start + 1);
-    out.push_back(text.substr(start + 1, end == std::string::npos ? std::string::npos : end - start - 1));
-    start = end;
-  }
-  return out;
-}
-
-}  // namespace
 
 std::optional<SharedGpu> first_shared_gpu(const std::vector<WorkerInfo>& workers,
                                           const std::vector<std::vector<std::string>>& gpus) {
@@ -46,16 +22,9 @@ std::optional<SharedGpu> first_shared_gpu(const std::vector<WorkerInfo>& workers
   return std::nullopt;
 }
 
-void check_default_gpus_not_shared(Coordinator& c, const std::vector<std::string>& mine, double timeout_s) {
-  const std::string key = c.prefix() + "default_gpus/";
-  c.store().set(key + std::to_string(c.rank()), encode(mine));
-  std::vector<std::string> keys;
-  for (int w = 0; w < c.num_workers(); ++w) keys.push_back(key + std::to_string(w));
-  MIRRORED_ENFORCE(c.store().wait(keys, timeout_s).empty(), DeadlineExceededError,
-                   "MultiWorkerMirroredStrategy: the workers did not say which GPUs they took within ", timeout_s,
-                   " s");
+void check_default_gpus_not_shared(const Coordinator& c) {
   std::vector<std::vector<std::string>> all;
-  for (const auto& k : keys) all.push_back(decode(c.store().get(k, 0).value_or("")));
+  for (const WorkerInfo& w : c.workers()) all.push_back(w.default_gpus);
   const auto shared = first_shared_gpu(c.workers(), all);
   if (!shared) return;
   throw InvalidArgumentError(str_cat(

@@ -29,11 +29,10 @@ struct SharedGpu {
 std::optional<SharedGpu> first_shared_gpu(const std::vector<WorkerInfo>& workers,
                                           const std::vector<std::vector<std::string>>& gpus);
 
-/// Every worker publishes `mine` (the names of the GPUs it took by default; empty: none, or its
-/// devices were given) in the job's store and reads every other worker's, waiting up to `timeout_s`.
+/// After `c` has joined: whether two workers of one machine took the same GPU by default, from the
+/// GPUs each told when it joined (`WorkerInfo::default_gpus`; empty: none, or its devices were given).
 /// \throws InvalidArgumentError, on every worker alike, naming the first two workers of one machine
-/// that took the same GPU and how to give each its own; DeadlineExceededError when a worker does not
-/// publish in time.
-void check_default_gpus_not_shared(Coordinator& c, const std::vector<std::string>& mine, double timeout_s);
+/// that took the same GPU and how to give each its own.
+void check_default_gpus_not_shared(const Coordinator& c);
 
 }  // namespace mirrored::detail::cluster

@@ -18,8 +18,9 @@ struct WorkerInfo {
   int local_replicas = 0;
   std::string device_kind;  // "CPU" or "GPU"
   long pid = 0;
-  std::string heartbeat_host;  // where its ring-neighbour heartbeats are received
-  int heartbeat_port = 0;      // their UDP port (0: none)
+  std::string heartbeat_host;             // where its ring-neighbour heartbeats are received
+  int heartbeat_port = 0;                 // their UDP port (0: none)
+  std::vector<std::string> default_gpus;  // its machine's names of the GPUs it took by default
   /// Where this worker can share memory: its kernel instance and IPC namespace ("" when it did
   /// not publish them: it shares memory with nobody). Workers with the same non-empty domain map
   /// one segment.
