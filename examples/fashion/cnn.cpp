@@ -3,6 +3,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include <mirrored/eigen.hpp>
@@ -94,26 +95,34 @@ void column_sums(const T* dy, int64_t rows, int64_t cols, T* out) {
   for (int64_t r = 0; r < rows; ++r) sum += ConstRowVectorMap<T>(dy + r * cols, cols);
 }
 
+// g where v > 0, else +0, by masking g's bits: y's sign is random, so a branch would be
+// mispredicted half the time (and the compiler turns `v > 0 ? g : 0` into one).
+template <class T>
+T keep_if_positive(T g, T v) {
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  return std::bit_cast<T>(std::bit_cast<Bits>(g) & (Bits(0) - Bits(v > T(0))));
+}
+
 template <class V>
 auto* sized(V& v, int64_t n) {
   v.resize(static_cast<std::size_t>(n));
   return v.data();
 }
 
-// The forward pass of a batch of b images into the workspace (a1, p1, a2, p2, a3: the layers'
-// outputs after ReLU and pooling; cols1, cols2: the patches; idx1, idx2: the pools' argmax).
+// The forward pass of a batch of b images into the workspace (a2: the second convolution's
+// product before its bias; p1, p2: each convolution after bias, ReLU and pooling; a3: the dense layer's output after
+// ReLU; cols2: its patches; at1: the first pool's positions; idx2: the second's argmax).
 template <class T>
 void forward(const std::vector<mirrored::Tensor<T>>& p, const T* x, int64_t b, CnnWorkspace<T>& ws) {
   const Conv2DShape c1 = conv1_shape(b), c2 = conv2_shape(b);
   const Pool2DShape p1 = pool1_shape(b), p2 = pool2_shape(b);
-  conv2d_forward(c1, x, p[kConv1Kernel].data(), p[kConv1Bias].data(), sized(ws.cols1, c1.rows() * c1.depth()),
-                 sized(ws.a1, c1.rows() * c1.filters));
-  relu_forward(c1.rows() * c1.filters, ws.a1.data());
-  max_pool_forward(p1, ws.a1.data(), sized(ws.p1, p1.out_size()), sized(ws.idx1, p1.out_size()));
-  conv2d_forward(c2, ws.p1.data(), p[kConv2Kernel].data(), p[kConv2Bias].data(),
-                 sized(ws.cols2, c2.rows() * c2.depth()), sized(ws.a2, c2.rows() * c2.filters));
-  relu_forward(c2.rows() * c2.filters, ws.a2.data());
-  max_pool_forward(p2, ws.a2.data(), sized(ws.p2, p2.out_size()), sized(ws.idx2, p2.out_size()));
+  // The first convolution directly with its pool; the second's bias and ReLU in its pooling pass.
+  single_channel_conv_pool_forward(c1, x, p[kConv1Kernel].data(), p[kConv1Bias].data(), sized(ws.p1, p1.out_size()),
+                                   sized(ws.at1, p1.out_size()));
+  conv2d_forward<T>(c2, ws.p1.data(), p[kConv2Kernel].data(), nullptr, sized(ws.cols2, c2.rows() * c2.depth()),
+                    sized(ws.a2, c2.rows() * c2.filters));
+  bias_relu_max_pool_forward(p2, ws.a2.data(), p[kConv2Bias].data(), sized(ws.p2, p2.out_size()),
+                             sized(ws.idx2, p2.out_size()));
   dense_forward(b, kFlat, kDenseUnits, ws.p2.data(), p[kDense1Kernel].data(), p[kDense1Bias].data(),
                 sized(ws.a3, b * kDenseUnits));
   relu_forward(b * kDenseUnits, ws.a3.data());
@@ -165,8 +174,14 @@ void im2col(const Conv2DShape& s, const T* x, T* cols) {
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t i = 0; i < oh; ++i)
       for (int64_t j = 0; j < ow; ++j)
-        for (int64_t r = 0; r < k; ++r, dst += segment)
-          std::memcpy(dst, x + ((b * s.height + i + r) * s.width + j) * c, sizeof(T) * segment);
+        for (int64_t r = 0; r < k; ++r, dst += segment) {
+          const T* src = x + ((b * s.height + i + r) * s.width + j) * c;
+          // A single-channel input's segment is three values: a call to memcpy would cost more.
+          if (segment <= 8)
+            for (int64_t e = 0; e < segment; ++e) dst[e] = src[e];
+          else
+            std::memcpy(dst, src, sizeof(T) * segment);
+        }
 }
 
 template <class T>
@@ -189,7 +204,7 @@ void conv2d_forward(const Conv2DShape& s, const T* x, const T* kernel, const T* 
   im2col(s, x, cols);
   MatrixMap<T> out(y, s.rows(), s.filters);
   out.noalias() = ConstMatrixMap<T>(cols, s.rows(), s.depth()) * ConstMatrixMap<T>(kernel, s.depth(), s.filters);
-  out.rowwise() += ConstRowVectorMap<T>(bias, s.filters);
+  if (bias) out.rowwise() += ConstRowVectorMap<T>(bias, s.filters);
 }
 
 template <class T>
@@ -233,6 +248,37 @@ void max_pool_backward(const Pool2DShape& s, const T* dy, const int32_t* argmax,
   std::fill_n(dx, s.in_size(), T(0));
   const int64_t n = s.out_size();
   for (int64_t o = 0; o < n; ++o) dx[argmax[o]] += dy[o];
+}
+
+template <class T>
+void bias_relu_max_pool_forward(const Pool2DShape& s, const T* x, const T* bias, T* y, int32_t* argmax) {
+  MIRRORED_ENFORCE(s.in_size() < (int64_t{1} << 31), mirrored::InvalidArgumentError, "max pool: ", s.in_size(),
+                   " inputs, more than int32 indices reach; use smaller batches");
+  const int64_t oh = s.out_height(), ow = s.out_width(), c = s.channels;
+  int64_t o = 0;
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t i = 0; i < oh; ++i)
+      for (int64_t j = 0; j < ow; ++j) {
+        const int64_t top = ((b * s.height + 2 * i) * s.width + 2 * j) * c;
+        const int64_t at[4] = {top, top + c, top + s.width * c, top + s.width * c + c};
+        for (int64_t ch = 0; ch < c; ++ch, ++o) {
+          int64_t best = at[0] + ch;
+          T max = x[best] + bias[ch];
+          for (int w = 1; w < 4; ++w) {
+            const T v = x[at[w] + ch] + bias[ch];
+            if (v > max) max = v, best = at[w] + ch;
+          }
+          y[o] = max > T(0) ? max : T(0);
+          argmax[o] = static_cast<int32_t>(best);
+        }
+      }
+}
+
+template <class T>
+void relu_max_pool_backward(const Pool2DShape& s, const T* dy, const T* y, const int32_t* argmax, T* dx) {
+  std::fill_n(dx, s.in_size(), T(0));
+  const int64_t n = s.out_size();
+  for (int64_t o = 0; o < n; ++o) dx[argmax[o]] = keep_if_positive(dy[o], y[o]);
 }
 
 template <class T>
@@ -356,19 +402,15 @@ CnnStep<T> cnn_loss_and_grads(const std::vector<mirrored::Tensor<T>>& p, const m
   // conv2d_1 (through the second pool)
   const Conv2DShape c1 = conv1_shape(b), c2 = conv2_shape(b);
   const Pool2DShape p1 = pool1_shape(b), p2 = pool2_shape(b);
-  max_pool_backward(p2, ws.dp2.data(), ws.idx2.data(), sized(ws.da2, p2.in_size()));
-  relu_backward(p2.in_size(), ws.a2.data(), ws.da2.data());
+  relu_max_pool_backward(p2, ws.dp2.data(), ws.p2.data(), ws.idx2.data(), sized(ws.da2, p2.in_size()));
   dk = grad_of(kConv2Kernel), db = grad_of(kConv2Bias);
   conv2d_backward(c2, ws.cols2.data(), p[kConv2Kernel].data(), ws.da2.data(), dk.data(), db.data(),
                   sized(ws.dcols2, c2.rows() * c2.depth()), sized(ws.dp1, p1.out_size()));
   hand_over(kConv2Kernel, std::move(dk));
   hand_over(kConv2Bias, std::move(db));
   // conv2d (through the first pool; the images need no gradient)
-  max_pool_backward(p1, ws.dp1.data(), ws.idx1.data(), sized(ws.da1, p1.in_size()));
-  relu_backward(p1.in_size(), ws.a1.data(), ws.da1.data());
   dk = grad_of(kConv1Kernel), db = grad_of(kConv1Bias);
-  conv2d_backward<T>(c1, ws.cols1.data(), p[kConv1Kernel].data(), ws.da1.data(), dk.data(), db.data(), nullptr,
-                     nullptr);
+  single_channel_conv_pool_backward(c1, x.data(), ws.dp1.data(), ws.p1.data(), ws.at1.data(), dk.data(), db.data());
   hand_over(kConv1Kernel, std::move(dk));
   hand_over(kConv1Bias, std::move(db));
 
@@ -395,6 +437,8 @@ CnnStep<T> cnn_loss_and_grads(const std::vector<mirrored::Tensor<T>>& p, const m
   template void conv2d_backward<T>(const Conv2DShape&, const T*, const T*, const T*, T*, T*, T*, T*);             \
   template void max_pool_forward<T>(const Pool2DShape&, const T*, T*, int32_t*);                                  \
   template void max_pool_backward<T>(const Pool2DShape&, const T*, const int32_t*, T*);                           \
+  template void bias_relu_max_pool_forward<T>(const Pool2DShape&, const T*, const T*, T*, int32_t*);              \
+  template void relu_max_pool_backward<T>(const Pool2DShape&, const T*, const T*, const int32_t*, T*);            \
   template void dense_forward<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*, T*);                    \
   template void dense_backward<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*, T*, T*, T*);           \
   template void relu_forward<T>(int64_t, T*);                                                                     \

@@ -73,9 +73,9 @@ struct LossScale {
 /// Buffers of one replica's passes, reused from step to step (one per replica thread).
 template <class T>
 struct CnnWorkspace {
-  std::vector<T> cols1, a1, p1, cols2, a2, p2, a3, logits, loss;
-  std::vector<T> dlogits, da3, dp2, da2, dcols2, dp1, da1;
-  std::vector<int32_t> idx1, idx2;
+  std::vector<T> p1, at1, cols2, a2, p2, a3, logits, loss;
+  std::vector<T> dlogits, da3, dp2, da2, dcols2, dp1;
+  std::vector<int32_t> idx2;
 };
 
 /// One replica's training step.
@@ -129,7 +129,8 @@ void im2col(const Conv2DShape& s, const T* x, T* cols);
 /// The gradient of `x` from that of its patch matrix (the sum of every patch's share).
 template <class T>
 void col2im(const Conv2DShape& s, const T* dcols, T* dx);
-/// y (rows(), filters) = patches(x) * kernel + bias; `cols` receives the patches (for the backward pass).
+/// y (rows(), filters) = patches(x) * kernel + bias (or without a bias when `bias` is null: for
+/// `bias_relu_max_pool_forward` to add); `cols` receives the patches (for the backward pass).
 template <class T>
 void conv2d_forward(const Conv2DShape& s, const T* x, const T* kernel, const T* bias, T* cols, T* y);
 /// From dy (rows(), filters) and the forward pass's patches: dkernel (depth(), filters), dbias
@@ -138,6 +139,25 @@ void conv2d_forward(const Conv2DShape& s, const T* x, const T* kernel, const T* 
 template <class T>
 void conv2d_backward(const Conv2DShape& s, const T* cols, const T* kernel, const T* dy, T* dkernel, T* dbias, T* dcols,
                      T* dx);
+
+/// The first layer's 3x3 convolution of single-channel images (`s.channels == 1`, `s.filters` a
+/// multiple of 8) with its bias, ReLU and 2x2 pooling, computed directly
+/// rather than as im2col + GEMM + `bias_relu_max_pool_forward`: with one input channel the patch
+/// matrix has 9 columns, too few for a GEMM to pay off, and the full-size convolution output
+/// (four times the pooled one) is never written. y is what that path gives (each output the
+/// kernel's products summed in its order, then the bias, then the first maximum and ReLU);
+/// `position` receives each maximum's place in its window, 0..3 row-major, as a T (so that the
+/// selects vectorise). \throws mirrored::InvalidArgumentError for another shape.
+template <class T>
+void single_channel_conv_pool_forward(const Conv2DShape& s, const T* x, const T* kernel, const T* bias, T* y,
+                                      T* position);
+/// Its kernel's and bias's gradients from dy (the pooled output's gradient) and the forward
+/// pass's y and position: the gradient reaches only each window's maximum where y > 0, so only
+/// those products are summed (an image at a time, then over the images), with no full-size
+/// gradient in between. The images need no gradient. \throws as the forward pass.
+template <class T>
+void single_channel_conv_pool_backward(const Conv2DShape& s, const T* x, const T* dy, const T* y, const T* position,
+                                       T* dkernel, T* dbias);
 
 /// 2x2 max pooling with stride 2 over NHWC input.
 struct Pool2DShape {
@@ -153,6 +173,20 @@ void max_pool_forward(const Pool2DShape& s, const T* x, T* y, int32_t* argmax);
 /// dx: dy at each window's argmax, zero elsewhere.
 template <class T>
 void max_pool_backward(const Pool2DShape& s, const T* dy, const int32_t* argmax, T* dx);
+
+/// A convolution's bias, ReLU and pooling in one pass over its output `x` (before the bias):
+/// y = max_pool(relu(x + bias)), computed as relu(max(x + bias)) -- ReLU is monotone, so the
+/// values are those of the three layers in turn, bitwise, and x + bias is rounded as the bias
+/// layer rounds it. `argmax` receives the first maximum of x + bias (the three layers' argmax
+/// where y > 0; elsewhere the gradient is zero either way). Saves the full-size activation's
+/// bias and ReLU passes.
+template <class T>
+void bias_relu_max_pool_forward(const Pool2DShape& s, const T* x, const T* bias, T* y, int32_t* argmax);
+/// The gradient of `bias_relu_max_pool_forward` with respect to x (= to x + bias): dy where
+/// y > 0 at each window's argmax, zero elsewhere -- every element of dx written once (no
+/// separate zeroing or ReLU pass), the odd row and column dropped by the pool included.
+template <class T>
+void relu_max_pool_backward(const Pool2DShape& s, const T* dy, const T* y, const int32_t* argmax, T* dx);
 
 /// y (batch, out) = x (batch, in) * w (in, out) + b.
 template <class T>

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -130,6 +131,95 @@ TEST(FashionCnnLayers, MaxPoolDropsTheOddRowAndRoutesTheGradientToTheMaximum) {
   int32_t at = -1;
   max_pool_forward(Pool2DShape{1, 2, 2, 1}, flat.data(), &out, &at);
   EXPECT_EQ(at, 0);
+}
+
+// The layers as the model called them before they were fused: a convolution's bias, ReLU and
+// pooling in turn over its full-size output.
+struct Unfused {
+  Vec y, dx;
+  std::vector<int32_t> argmax;
+};
+Unfused bias_relu_pool_in_turn(const Pool2DShape& s, Vec a, const Vec& bias, const Vec& dy) {
+  for (int64_t e = 0; e < s.in_size(); ++e) a[e] += bias[e % s.channels];
+  relu_forward(s.in_size(), a.data());
+  Unfused out{Vec(static_cast<std::size_t>(s.out_size())), Vec(a.size()),
+              std::vector<int32_t>(static_cast<std::size_t>(s.out_size()))};
+  max_pool_forward(s, a.data(), out.y.data(), out.argmax.data());
+  max_pool_backward(s, dy.data(), out.argmax.data(), out.dx.data());
+  relu_backward(s.in_size(), a.data(), out.dx.data());
+  return out;
+}
+
+TEST(FashionCnnLayers, BiasReluAndPoolInOnePassAreTheThreeLayersBitwise) {
+  std::mt19937 rng(11);
+  const Pool2DShape s{2, 7, 5, 3};  // odd rows and columns: the pool drops the last of each
+  Vec a = random_vec(rng, s.in_size());
+  a[0] = a[3] = 0.25;  // a tie in the first window of channel 0 (positions 0 and 1)
+  for (int64_t e = 0; e < 4 * s.channels; ++e) a[e + 2 * s.width * s.channels] = -2;  // negative windows
+  const Vec bias = random_vec(rng, s.channels), dy = random_vec(rng, s.out_size());
+  const Unfused want = bias_relu_pool_in_turn(s, a, bias, dy);
+  Vec y(want.y.size()), dx(a.size(), 7.0);  // dx overwritten everywhere, not added to
+  std::vector<int32_t> argmax(want.argmax.size());
+  bias_relu_max_pool_forward(s, a.data(), bias.data(), y.data(), argmax.data());
+  relu_max_pool_backward(s, dy.data(), y.data(), argmax.data(), dx.data());
+  EXPECT_EQ(y, want.y);
+  EXPECT_EQ(dx, want.dx);
+  for (std::size_t o = 0; o < y.size(); ++o) {
+    if (y[o] > 0) {
+      EXPECT_EQ(argmax[o], want.argmax[o]) << o;  // elsewhere no gradient flows either way
+    }
+  }
+}
+
+TEST(FashionCnnLayers, SingleChannelConvolutionWithItsPoolIsTheGemmPath) {
+  std::mt19937 rng(12);
+  const Conv2DShape c{2, 9, 8, 1, 16, 3};  // a 7x6 output: the pool drops its last row
+  const Pool2DShape p{c.batch, c.out_height(), c.out_width(), c.filters};
+  Vec x = random_vec(rng, c.batch * c.height * c.width);
+  std::fill_n(x.begin() + c.height * c.width, 4 * c.width, 0.5);  // flat rows: four equal outputs tie
+  const Vec k = random_vec(rng, c.depth() * c.filters), bias = random_vec(rng, c.filters);
+  const Vec dy = random_vec(rng, p.out_size());
+  // The GEMM path: im2col + GEMM, then the bias, ReLU and pool in turn.
+  Vec cols(static_cast<std::size_t>(c.rows() * c.depth())), a(static_cast<std::size_t>(p.in_size()));
+  conv2d_forward<double>(c, x.data(), k.data(), nullptr, cols.data(), a.data());
+  const Unfused want = bias_relu_pool_in_turn(p, a, bias, dy);
+  Vec want_dk(k.size()), want_db(bias.size());
+  conv2d_backward<double>(c, cols.data(), k.data(), want.dx.data(), want_dk.data(), want_db.data(), nullptr, nullptr);
+
+  Vec y(want.y.size()), position(want.y.size()), dk(k.size(), 7.0), db(bias.size(), 7.0);
+  single_channel_conv_pool_forward(c, x.data(), k.data(), bias.data(), y.data(), position.data());
+  single_channel_conv_pool_backward(c, x.data(), dy.data(), y.data(), position.data(), dk.data(), db.data());
+  for (std::size_t o = 0; o < y.size(); ++o) {
+    EXPECT_NEAR(y[o], want.y[o], 1e-14) << o;
+    if (want.y[o] <= 0) continue;
+    // The position in its window of the GEMM path's argmax (row-major).
+    const int64_t f = static_cast<int64_t>(o) % c.filters;
+    const int64_t pixel = want.argmax[o] / c.filters % (p.height * p.width);  // in its image
+    const int64_t j = (static_cast<int64_t>(o) / c.filters) % p.out_width();
+    const int64_t i = (static_cast<int64_t>(o) / c.filters / p.out_width()) % p.out_height();
+    const int64_t at = (pixel / p.width - 2 * i) * 2 + (pixel % p.width - 2 * j);
+    EXPECT_EQ(position[o], static_cast<double>(at)) << o << " (filter " << f << ")";
+  }
+  for (std::size_t e = 0; e < dk.size(); ++e) EXPECT_NEAR(dk[e], want_dk[e], 1e-12) << e;
+  for (std::size_t e = 0; e < db.size(); ++e) EXPECT_NEAR(db[e], want_db[e], 1e-12) << e;
+  // The tied window (four equal outputs) goes to its first position, as the pool's first maximum.
+  const std::size_t tied = static_cast<std::size_t>(p.out_height() * p.out_width() * c.filters);
+  EXPECT_EQ(position[tied], 0.0);
+
+  std::vector<float> xf(x.begin(), x.end()), kf(k.begin(), k.end()), bf(bias.begin(), bias.end());
+  std::vector<float> yf(y.size()), pf(y.size());
+  single_channel_conv_pool_forward<float>(c, xf.data(), kf.data(), bf.data(), yf.data(), pf.data());
+  for (std::size_t o = 0; o < y.size(); ++o) EXPECT_NEAR(yf[o], y[o], 1e-5) << o;  // floats: 8 to a vector
+
+  Conv2DShape rgb = c;
+  rgb.channels = 3;
+  EXPECT_THROW(single_channel_conv_pool_forward(rgb, x.data(), k.data(), bias.data(), y.data(), position.data()),
+               mirrored::InvalidArgumentError);
+  Conv2DShape odd = c;
+  odd.filters = 12;
+  EXPECT_THROW(
+      single_channel_conv_pool_backward(odd, x.data(), dy.data(), y.data(), position.data(), dk.data(), db.data()),
+      mirrored::InvalidArgumentError);
 }
 
 TEST(FashionCnnLayers, DenseBackwardMatchesFiniteDifferences) {
