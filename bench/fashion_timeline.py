@@ -15,6 +15,9 @@ thread holds an `apply_gradients`; test steps hold none), on each replica thread
   comm      the communication's own time, waits left out: every collective's span less its
             rendezvous, on the replica thread and on its communication thread
             (`all_reduce_async` on "communication r": the buckets that overlap the backward pass)
+  wait      the part of exposed spent in rendezvous on the replica thread: waiting for the other
+            replicas to arrive, i.e. the step-to-step differences of their compute times (on a
+            shared VM mostly the other tenants'), which no way of communicating removes
 
 averaged over the replicas, then over the steps (means, in ms), and the overlap, the fraction of
 the communication hidden behind compute:
@@ -102,12 +105,13 @@ def step_breakdown(path):
                 for e in lane.within(run["ts"], run["ts"] + run["dur"]):
                     if e["name"] in ("all_reduce_async", "reduce_scatter_async"):
                         comm += e["dur"] - _waits_inside(lane, e)
-            per.append((run["dur"] - exposed, exposed, comm))
+            wait = sum(_waits_inside(track, e) for e in comm_events)
+            per.append((run["dur"] - exposed, exposed, comm, wait))
         compute = statistics.mean(p[0] for p in per)
         exposed = statistics.mean(p[1] for p in per)
         comm = statistics.mean(p[2] for p in per)
         rows.append({"step": step, "compute": compute, "exposed": exposed, "rest": step - compute - exposed,
-                     "comm": comm})
+                     "comm": comm, "wait": statistics.mean(p[3] for p in per)})
     if not rows:
         raise ValueError(f"{path}: fewer than three training steps in the timeline")
     out = {key: statistics.mean(r[key] for r in rows) / 1000 for key in rows[0]}
