@@ -18,10 +18,6 @@ void check_single_channel(const Conv2DShape& s) {
                    mirrored::InvalidArgumentError, "single-channel convolution: ", s.channels, " channels, ", s.filters,
                    " filters and a ", s.kernel, "x", s.kernel, " kernel; expected 1 channel, a multiple of ", kLanes,
                    " filters and 3x3");
-  const Pool2DShape p{s.batch, s.out_height(), s.out_width(), s.filters};
-  MIRRORED_ENFORCE(p.in_size() < (int64_t{1} << 31), mirrored::InvalidArgumentError,
-                   "single-channel convolution: ", p.in_size(),
-                   " outputs, more than int32 indices reach; use smaller batches");
 }
 
 constexpr int kTaps = 9;
