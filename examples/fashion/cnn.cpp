@@ -220,8 +220,13 @@ void conv2d_backward(const Conv2DShape& s, const T* cols, const T* kernel, const
   col2im(s, dcols, dx);
 }
 
-template <class T>
-void max_pool_forward(const Pool2DShape& s, const T* x, T* y, int32_t* argmax) {
+namespace {
+
+// Calls visit(o, at, ch) for every output o of a 2x2 pool, in order: at[0..3] are the window's
+// four positions in the input, each the start of a run of `channels` values, in row-major order
+// (so that the first maximum is TF's), and ch the channel. \throws for indices past int32.
+template <class Visit>
+void for_each_pool_window(const Pool2DShape& s, Visit&& visit) {
   MIRRORED_ENFORCE(s.in_size() < (int64_t{1} << 31), mirrored::InvalidArgumentError, "max pool: ", s.in_size(),
                    " inputs, more than int32 indices reach; use smaller batches");
   const int64_t oh = s.out_height(), ow = s.out_width(), c = s.channels;
@@ -229,18 +234,23 @@ void max_pool_forward(const Pool2DShape& s, const T* x, T* y, int32_t* argmax) {
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t i = 0; i < oh; ++i)
       for (int64_t j = 0; j < ow; ++j) {
-        // The window's four positions, each a run of c channels, in row-major order (so the
-        // first maximum is TF's).
         const int64_t top = ((b * s.height + 2 * i) * s.width + 2 * j) * c;
         const int64_t at[4] = {top, top + c, top + s.width * c, top + s.width * c + c};
-        for (int64_t ch = 0; ch < c; ++ch, ++o) {
-          int64_t best = at[0] + ch;
-          for (int w = 1; w < 4; ++w)
-            if (x[at[w] + ch] > x[best]) best = at[w] + ch;
-          y[o] = x[best];
-          argmax[o] = static_cast<int32_t>(best);
-        }
+        for (int64_t ch = 0; ch < c; ++ch, ++o) visit(o, at, ch);
       }
+}
+
+}  // namespace
+
+template <class T>
+void max_pool_forward(const Pool2DShape& s, const T* x, T* y, int32_t* argmax) {
+  for_each_pool_window(s, [&](int64_t o, const int64_t(&at)[4], int64_t ch) {
+    int64_t best = at[0] + ch;
+    for (int w = 1; w < 4; ++w)
+      if (x[at[w] + ch] > x[best]) best = at[w] + ch;
+    y[o] = x[best];
+    argmax[o] = static_cast<int32_t>(best);
+  });
 }
 
 template <class T>
@@ -252,26 +262,16 @@ void max_pool_backward(const Pool2DShape& s, const T* dy, const int32_t* argmax,
 
 template <class T>
 void bias_relu_max_pool_forward(const Pool2DShape& s, const T* x, const T* bias, T* y, int32_t* argmax) {
-  MIRRORED_ENFORCE(s.in_size() < (int64_t{1} << 31), mirrored::InvalidArgumentError, "max pool: ", s.in_size(),
-                   " inputs, more than int32 indices reach; use smaller batches");
-  const int64_t oh = s.out_height(), ow = s.out_width(), c = s.channels;
-  int64_t o = 0;
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t i = 0; i < oh; ++i)
-      for (int64_t j = 0; j < ow; ++j) {
-        const int64_t top = ((b * s.height + 2 * i) * s.width + 2 * j) * c;
-        const int64_t at[4] = {top, top + c, top + s.width * c, top + s.width * c + c};
-        for (int64_t ch = 0; ch < c; ++ch, ++o) {
-          int64_t best = at[0] + ch;
-          T max = x[best] + bias[ch];
-          for (int w = 1; w < 4; ++w) {
-            const T v = x[at[w] + ch] + bias[ch];
-            if (v > max) max = v, best = at[w] + ch;
-          }
-          y[o] = max > T(0) ? max : T(0);
-          argmax[o] = static_cast<int32_t>(best);
-        }
-      }
+  for_each_pool_window(s, [&](int64_t o, const int64_t(&at)[4], int64_t ch) {
+    int64_t best = at[0] + ch;
+    T max = x[best] + bias[ch];
+    for (int w = 1; w < 4; ++w) {
+      const T v = x[at[w] + ch] + bias[ch];
+      if (v > max) max = v, best = at[w] + ch;
+    }
+    y[o] = max > T(0) ? max : T(0);
+    argmax[o] = static_cast<int32_t>(best);
+  });
 }
 
 template <class T>
