@@ -18,7 +18,10 @@
 /// gives the NHWC output without a transpose; the backward pass is two GEMMs (the kernel's gradient,
 /// patches^T * dy, and the patches' gradient, dy * kernel^T, scattered back by col2im). Max pooling
 /// is 2x2 with stride 2 (an odd last row or column is dropped, as Keras' VALID padding does); its
-/// gradient goes to the first maximum of each window.
+/// gradient goes to the first maximum of each window. The model runs conv2d_1 that way with its
+/// bias and ReLU applied in the pooling pass, and conv2d, whose single input channel makes a
+/// 9-column patch matrix, directly with its pool (`single_channel_conv_pool_forward`); the
+/// layer-by-layer functions below are the reference the fused ones are tested against.
 ///
 /// The loss of one replica is the tutorial's `compute_loss`: the sparse softmax cross-entropy of
 /// its examples summed and divided by the global batch size (`tf.nn.compute_average_loss`), plus
@@ -183,8 +186,9 @@ void max_pool_backward(const Pool2DShape& s, const T* dy, const int32_t* argmax,
 template <class T>
 void bias_relu_max_pool_forward(const Pool2DShape& s, const T* x, const T* bias, T* y, int32_t* argmax);
 /// The gradient of `bias_relu_max_pool_forward` with respect to x (= to x + bias): dy where
-/// y > 0 at each window's argmax, zero elsewhere -- every element of dx written once (no
-/// separate zeroing or ReLU pass), the odd row and column dropped by the pool included.
+/// y > 0 at each window's argmax, zero elsewhere (the odd row and column dropped by the pool
+/// included) -- dx zeroed, then the masked gradient scattered without a branch, no separate ReLU
+/// pass.
 template <class T>
 void relu_max_pool_backward(const Pool2DShape& s, const T* dy, const T* y, const int32_t* argmax, T* dx);
 
