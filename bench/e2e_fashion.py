@@ -50,10 +50,10 @@ ordinary step). The evaluation, data loading and set-up are excluded everywhere.
     cmake --preset release && cmake --build --preset release --target fashion_mnist
     python3 bench/e2e_fashion.py --out-json e2e_fashion.json --out-md e2e_fashion.md
 
-It took 25 minutes on the 2-vCPU VM next to other sessions' builds (load 5-10; 2026-12-07): the
-10-epoch comparison 20 of them (TF 7, PyTorch 9, fashion_mnist 5), the noise floor 1.5, the speed
-runs 2.5, workers and steps 0.5; an idle machine should take about 15. --epochs 1 saves most of the
-comparison. --quick (6,400 training and 1,000 test examples, 2 epochs, 3,200 for the speed runs)
+On the idle 2-vCPU VM (2026-12-07, in make bench-report) it took 15.5 minutes: the 10-epoch
+comparison 9.5 of them (TF 4.8, PyTorch 3.4, fashion_mnist 1.4), the noise floor 0.6, the three
+speed rounds 5.2, workers and steps 0.2; next to other sessions' builds (load 5-10) the same with
+one speed round had taken 25. --epochs 1 saves most of the comparison. --quick (6,400 training and 1,000 test examples, 2 epochs, 3,200 for the speed runs)
 checks the plumbing in about 2 minutes; its numbers mean little. Python 3 standard library only in the driver (TensorFlow inside its virtual
 environment; PyPI's numpy there and Debian's under /usr/bin/python3).
 """

@@ -12,9 +12,9 @@
 # `scripts/install-deps.sh --ddp` installs and `make bench-report` asks for) and bench/e2e_fashion.py
 # (TF's Fashion-MNIST tutorial, PyTorch DDP and fashion_mnist trained alike for 10 epochs, the
 # agreement of their losses and its float32 noise floor, each one's speed at 1 and 2 replicas,
-# fashion_mnist with 2 and 4 workers and where its step goes; 25 minutes next to other sessions'
-# builds, about 15 on an idle 2-vCPU VM, mostly the 10 epochs of TF, PyTorch and fashion_mnist;
-# --fashion-epochs 1 saves most of that), and writes to the
+# fashion_mnist with 2 and 4 workers and where its step goes; 15.5 minutes of the 29 the whole run
+# took on the idle 2-vCPU VM, 9.5 of them the 10 epochs of TF, PyTorch and fashion_mnist and 5 the
+# speed rounds; --fashion-epochs 1 saves about 8), and writes to the
 # output folder (default build/bench-report/): every JSON file, each benchmark's console log,
 # tables.md (every table), report.md (the machine, the load, how long each stage took, the tables)
 # and the charts.
