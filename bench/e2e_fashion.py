@@ -99,15 +99,9 @@ def run_mirrored(a, replicas, train_n, epochs, batch=BATCH_PER_REPLICA, init=Non
                  step_losses=False):
     """fashion_mnist's result (as the workers'). `workers` > 0: that many worker processes of one
     replica each under tools/launch.sh (worker 0's output)."""
-    binary = a.build_dir / "fashion_mnist"
-    if not binary.exists():
-        sys.exit(f"e2e_fashion: {binary} not found; build it: cmake --build --preset release --target fashion_mnist")
-    devices = ",".join(f"CPU:{i}" for i in range(replicas))
     losses_file = Path(a.out_json).with_name(Path(a.out_json).stem + ".step_losses.txt")
-    cmd = [str(binary), "--devices", devices, "--epochs", str(epochs), "--train-examples", str(train_n),
-           "--test-examples", str(a.test_examples), "--data", str(a.data), "--batch-per-replica", str(batch),
-           *(["--no-shuffle", "--initial-weights", str(init)] if init else []),
-           *(["--step-losses", str(losses_file)] if step_losses else []), *extra]
+    cmd = mirrored_command(a, replicas, train_n, epochs, batch, init,
+                           [*(["--step-losses", str(losses_file)] if step_losses else []), *extra])
     if workers:
         cmd = [str(REPO / "tools" / "launch.sh"), str(workers), "--", *cmd, "--strategy", "multi_worker"]
     log("mirrored:", " ".join(cmd))
@@ -118,6 +112,18 @@ def run_mirrored(a, replicas, train_n, epochs, batch=BATCH_PER_REPLICA, init=Non
         result["step_losses"] = [float(line.split()[2]) for line in losses_file.read_text().splitlines()
                                  if line.split()[0] == "1"]
     return result
+
+
+def mirrored_command(a, replicas, train_n, epochs, batch, init, extra=()):
+    """fashion_mnist's command line: `replicas` CPU replicas, the first `train_n` examples, from
+    the weights `init` without shuffling (or its own, shuffled, when `init` is None)."""
+    binary = a.build_dir / "fashion_mnist"
+    if not binary.exists():
+        sys.exit(f"e2e_fashion: {binary} not found; build it: cmake --build --preset release --target fashion_mnist")
+    devices = ",".join(f"CPU:{i}" for i in range(replicas))
+    return [str(binary), "--devices", devices, "--epochs", str(epochs), "--train-examples", str(train_n),
+            "--test-examples", str(a.test_examples), "--data", str(a.data), "--batch-per-replica", str(batch),
+            *(["--no-shuffle", "--initial-weights", str(init)] if init else []), *extra]
 
 
 def mirrored_result(out, cmd, replicas, workers, batch, epochs):
@@ -140,10 +146,7 @@ def run_mirrored_pair(a, train_n, init=None):
     """The hardware's anchor: two independent single-replica fashion_mnist processes at once (no
     synchronisation between them), each one's examples/s. Their sum over twice one alone is the
     E(2) that the two cores allow without any collective."""
-    binary = a.build_dir / "fashion_mnist"
-    cmd = [str(binary), "--devices", "CPU:0", "--epochs", "1", "--train-examples", str(train_n),
-           "--test-examples", str(a.test_examples), "--data", str(a.data), "--batch-per-replica",
-           str(BATCH_PER_REPLICA), *(["--no-shuffle", "--initial-weights", str(init)] if init else [])]
+    cmd = mirrored_command(a, 1, train_n, 1, BATCH_PER_REPLICA, init)
     log("mirrored, two independent processes at once:", " ".join(cmd))
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate()[0] for p in procs]
