@@ -40,8 +40,8 @@ GpuShare share_of_gpus(const LocalPlacement& place, int gpus, const std::optiona
             place.source.empty() ? "its cluster resolver names no other worker on its machine"
                                  : str_cat("it is the only worker on its machine (", from, ")")};
   }
-  const std::string who = str_cat(worker, " is local worker ", r, " of the ", n, " on its machine (", from, ")");
-  const std::string place_text = str_cat("it is local worker ", r, " of the ", n, " on its machine (", from, ")");
+  const std::string local = str_cat("local worker ", r, " of the ", n, " on its machine (", from, ")");
+  const std::string who = str_cat(worker, " is ", local), place_text = "it is " + local;
   if (place.gpus_per_worker > 0 && gpus <= place.gpus_per_worker) {
     return {
         0, gpus,

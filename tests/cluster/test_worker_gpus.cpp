@@ -150,25 +150,29 @@ TEST(WorkerGpus, AMachineNamesItsGpusAsCudaVisibleDevicesDoes) {
   EXPECT_EQ(machine_gpu_name(0, "1", "all"), "1");
 }
 
-detail::cluster::WorkerInfo on(const std::string& host, const std::string& boot) {
+detail::cluster::WorkerInfo on(const std::string& host, const std::string& boot, std::vector<std::string> gpus = {}) {
   detail::cluster::WorkerInfo w;
   w.hostname = host;
   w.boot_id = boot;
+  w.default_gpus = std::move(gpus);
   return w;
 }
 
 TEST(WorkerGpus, WorkersOfOneMachineThatTookTheSameGpuAreFound) {
   using detail::cluster::first_shared_gpu;
   using detail::cluster::SharedGpu;
-  const auto a = on("node0", "boot-a"), b = on("node1", "boot-b");
-  EXPECT_EQ(first_shared_gpu({a, a}, {{"0", "1"}, {"2", "3"}}), std::nullopt);
-  EXPECT_EQ(first_shared_gpu({a, a}, {{"0", "1"}, {"1", "2"}}), (SharedGpu{0, 1, "1"}));
-  EXPECT_EQ(first_shared_gpu({a, b}, {{"0"}, {"0"}}), std::nullopt);  // two machines
+  auto a = [](std::vector<std::string> g) { return on("node0", "boot-a", std::move(g)); };
+  auto b = [](std::vector<std::string> g) { return on("node1", "boot-b", std::move(g)); };
+  EXPECT_EQ(first_shared_gpu({a({"0", "1"}), a({"2", "3"})}), std::nullopt);
+  EXPECT_EQ(first_shared_gpu({a({"0", "1"}), a({"1", "2"})}), (SharedGpu{0, 1, "1"}));
+  EXPECT_EQ(first_shared_gpu({a({"0"}), b({"0"})}), std::nullopt);  // two machines
   // The same host name on another kernel (a machine restarted, or another machine named alike).
-  EXPECT_EQ(first_shared_gpu({a, on("node0", "boot-c")}, {{"0"}, {"0"}}), std::nullopt);
-  EXPECT_EQ(first_shared_gpu({a, b, a, b}, {{"0"}, {"1"}, {"2"}, {"1"}}), (SharedGpu{1, 3, "1"}));
-  EXPECT_EQ(first_shared_gpu({a, b, a, b}, {{"0"}, {"5"}, {"0"}, {"5"}}), (SharedGpu{0, 2, "0"}));
-  EXPECT_EQ(first_shared_gpu({a, a, a}, {{}, {"0"}, {}}), std::nullopt);  // given devices are not compared
+  EXPECT_EQ(first_shared_gpu({a({"0"}), on("node0", "boot-c", {"0"})}), std::nullopt);
+  EXPECT_EQ(first_shared_gpu({a({"0"}), b({"1"}), a({"2"}), b({"1"})}), (SharedGpu{1, 3, "1"}));
+  EXPECT_EQ(first_shared_gpu({a({"0"}), b({"5"}), a({"0"}), b({"5"})}), (SharedGpu{0, 2, "0"}));
+  EXPECT_EQ(first_shared_gpu({a({}), a({"0"}), a({})}), std::nullopt);  // given devices are not compared
+  // The lowest first rank of a pair, whichever of the second's GPUs it shares.
+  EXPECT_EQ(first_shared_gpu({a({"1"}), a({"0"}), a({"0", "1"})}), (SharedGpu{0, 2, "1"}));
 }
 
 // Workers started like torchrun's two workers on one machine (its variables only), each seeing

@@ -1,31 +1,32 @@
 // Workers of one machine that took the same GPU by default (shared_gpus.hpp).
 #include "cluster/coordinator/shared_gpus.hpp"
 
-#include <algorithm>
+#include <map>
+#include <tuple>
 
 #include "mirrored/errors.hpp"
 
 namespace mirrored::detail::cluster {
 
-std::optional<SharedGpu> first_shared_gpu(const std::vector<WorkerInfo>& workers,
-                                          const std::vector<std::vector<std::string>>& gpus) {
-  const std::size_t n = std::min(workers.size(), gpus.size());
-  for (std::size_t b = 1; b < n; ++b) {
-    for (std::size_t a = 0; a < b; ++a) {
-      if (workers[a].hostname != workers[b].hostname || workers[a].boot_id != workers[b].boot_id) continue;
-      for (const std::string& g : gpus[a]) {
-        if (std::find(gpus[b].begin(), gpus[b].end(), g) != gpus[b].end())
-          return SharedGpu{static_cast<int>(a), static_cast<int>(b), g};
-      }
+std::optional<SharedGpu> first_shared_gpu(const std::vector<WorkerInfo>& workers) {
+  // One pass in rank order: each (machine, GPU) remembers the first worker that took it, so the
+  // check costs the GPUs taken, not the pairs of workers.
+  std::map<std::tuple<std::string, std::string, std::string>, int> first_taker;
+  for (std::size_t b = 0; b < workers.size(); ++b) {
+    const WorkerInfo& w = workers[b];
+    std::optional<SharedGpu> found;
+    for (const std::string& g : w.default_gpus) {
+      const auto [at, fresh] = first_taker.emplace(std::make_tuple(w.hostname, w.boot_id, g), static_cast<int>(b));
+      if (!fresh && at->second != static_cast<int>(b) && (!found || at->second < found->first))
+        found = SharedGpu{at->second, static_cast<int>(b), g};
     }
+    if (found) return found;
   }
   return std::nullopt;
 }
 
 void check_default_gpus_not_shared(const Coordinator& c) {
-  std::vector<std::vector<std::string>> all;
-  for (const WorkerInfo& w : c.workers()) all.push_back(w.default_gpus);
-  const auto shared = first_shared_gpu(c.workers(), all);
+  const auto shared = first_shared_gpu(c.workers());
   if (!shared) return;
   throw InvalidArgumentError(str_cat(
       "MultiWorkerMirroredStrategy: ", c.name(shared->first), " and ", c.name(shared->second), " run on one machine (",

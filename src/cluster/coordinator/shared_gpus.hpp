@@ -23,11 +23,10 @@ struct SharedGpu {
   friend bool operator==(const SharedGpu&, const SharedGpu&) = default;
 };
 
-/// The first pair of workers, in rank order, that run on one machine (the same host name and
-/// kernel instance) and whose `gpus` (by rank: the names of the GPUs each took by default) share
-/// a name; none when there is no such pair.
-std::optional<SharedGpu> first_shared_gpu(const std::vector<WorkerInfo>& workers,
-                                          const std::vector<std::vector<std::string>>& gpus);
+/// The first pair of workers (the lowest second rank, then the lowest first) that run on one
+/// machine (the same host name and kernel instance) and whose `default_gpus` (the names of the
+/// GPUs each took by default) share a name; none when there is no such pair.
+std::optional<SharedGpu> first_shared_gpu(const std::vector<WorkerInfo>& workers);
 
 /// After `c` has joined: whether two workers of one machine took the same GPU by default, from the
 /// GPUs each told when it joined (`WorkerInfo::default_gpus`; empty: none, or its devices were given).
