@@ -1,7 +1,5 @@
 #include "runtime/async_collectives.hpp"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -20,6 +18,7 @@
 #include "util/calling_replica.hpp"
 #include "util/exceptions.hpp"
 #include "util/log.hpp"
+#include "util/thread_name.hpp"
 #include "util/timeline.hpp"
 
 namespace mirrored {
@@ -54,7 +53,7 @@ void AsyncCollectives::submit(std::shared_ptr<AsyncCollective> job) {
         loop(lane);
       });
       // Not the replica thread's name, which it would inherit ("mirrored/r<r>").
-      pthread_setname_np(lane.thread.native_handle(), str_cat("mirrored/c", r).substr(0, 15).c_str());
+      set_os_thread_name(lane.thread, str_cat("mirrored/c", r));
     }
     lane.queue.push_back(std::move(job));
     lane.pending.fetch_add(1, std::memory_order_acq_rel);  // after anything that may throw

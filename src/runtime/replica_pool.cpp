@@ -1,11 +1,10 @@
 #include "runtime/replica_pool.hpp"
 
-#include <pthread.h>
-
 #include <chrono>
 #include <string>
 
 #include "util/spin.hpp"
+#include "util/thread_name.hpp"
 #include "util/timeline.hpp"
 
 namespace mirrored::detail {
@@ -18,8 +17,7 @@ ReplicaPool::ReplicaPool(int num_replicas, std::vector<std::string> timeline_nam
       if (!traced.empty()) timeline::name_this_thread(std::move(traced));
       worker(r);
     });
-    const std::string os_name = "mirrored/r" + std::to_string(r);
-    pthread_setname_np(threads_.back().native_handle(), os_name.substr(0, 15).c_str());
+    set_os_thread_name(threads_.back(), "mirrored/r" + std::to_string(r));
   }
 }
 
